@@ -53,7 +53,6 @@ def test_chat_template_chatml(tok):
 
 def test_chat_template_tools(tok):
     tools = [{"type": "function", "function": {"name": "calc", "parameters": {}}}]
-    call = {"name": "calc", "arguments": {"x": 1}}
     messages = [
         {"role": "user", "content": "hi"},
         {
