@@ -1,0 +1,155 @@
+"""FSDP2 on CPU/gloo: sharded training step equals a single-process step; full state dict gather; helpers."""
+
+import copy
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from verl.utils.fsdp_utils import (
+    clip_grad_norm_,
+    fsdp_version,
+    get_fsdp_full_state_dict,
+    get_fsdp_wrap_policy,
+    get_init_weight_context_manager,
+    resolve_fsdp_version,
+    wrap_model_for_training,
+)
+
+WORLD = 2
+LR = 0.5
+
+
+def _tiny_config() -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=128,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        attn_implementation="sdpa",
+    )
+
+
+def _make_model(seed: int = 0) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(_tiny_config())
+
+
+def _batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 128, (4, 12), generator=g)
+
+
+def _loss(model, ids):
+    return model(input_ids=ids, labels=ids, use_cache=False).loss
+
+
+def _reference_step(max_norm: float):
+    """One SGD step on the whole batch in a single process: returns (grad norm, updated state dict)."""
+    model = _make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    _loss(model, _batch()).backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    return norm, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _worker(rank: int, port: int, max_norm: float, out_path: str):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        torch.set_num_threads(1)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+        # Non-zero ranks build meta parameters; rank 0's real weights are broadcast by the wrap helper.
+        with get_init_weight_context_manager(use_meta_tensor=True, mesh=mesh)():
+            model = _make_model()
+        if rank != 0:
+            assert next(model.parameters()).is_meta
+        model = wrap_model_for_training(model, "fsdp", mesh, fsdp_config={"reshard_after_forward": True})
+        assert fsdp_version(model) == 2
+        before = get_fsdp_full_state_dict(model, offload_to_cpu=True, rank0_only=True)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        ids = _batch()
+        # Each rank takes half the batch; FSDP averages gradients over the shard group.
+        local = ids.chunk(WORLD)[rank]
+        _loss(model, local).backward()
+        norm = clip_grad_norm_(model, max_norm)
+        opt.step()
+        after = get_fsdp_full_state_dict(model, offload_to_cpu=True, rank0_only=True)
+        if rank == 0:
+            torch.save({"before": before, "after": after, "norm": norm}, out_path)
+        else:
+            assert before == {} and after == {}
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_fsdp2_two_process_step_equals_single_process(tmp_path):
+    max_norm = 0.05  # below the gradient norm, so clipping is exercised
+    out = str(tmp_path / "state.pt")
+    mp.spawn(_worker, args=(_free_port(), max_norm, out), nprocs=WORLD, join=True)
+    got = torch.load(out)
+    init = _make_model().state_dict()
+    assert set(got["before"]) == set(init)
+    for k, v in init.items():
+        torch.testing.assert_close(got["before"][k], v, rtol=0, atol=0)
+    # The loss is a token mean per half; both halves have the same token count, so the mean of the two
+    # half-gradients equals the whole-batch gradient.
+    ref_norm, ref_state = _reference_step(max_norm)
+    assert ref_norm > max_norm
+    torch.testing.assert_close(got["norm"], ref_norm, rtol=1e-4, atol=1e-6)
+    changed = 0
+    for k, v in ref_state.items():
+        torch.testing.assert_close(got["after"][k], v, rtol=1e-4, atol=1e-5)
+        changed += int(not torch.equal(got["after"][k], init[k]))
+    assert changed > 0
+
+
+def test_resolve_fsdp_version_on_cpu():
+    assert resolve_fsdp_version("fsdp2") == 2
+    from verl.utils.device import is_accelerator_available
+
+    assert resolve_fsdp_version("fsdp") == (1 if is_accelerator_available() else 2)
+    with pytest.raises(ValueError, match="strategy='megatron'"):
+        resolve_fsdp_version("megatron")
+
+
+def test_wrap_policy_and_plain_clip():
+    model = _make_model()
+    assert get_fsdp_wrap_policy(model, {"disable": True}) is None
+    assert get_fsdp_wrap_policy(model, {}) is not None
+    with pytest.raises(Exception, match="NoSuchLayer"):
+        get_fsdp_wrap_policy(model, {"transformer_layer_cls_to_wrap": ["NoSuchLayer"]})
+    assert fsdp_version(model) == 0
+    twin = copy.deepcopy(model)
+    ids = _batch()
+    _loss(model, ids).backward()
+    _loss(twin, ids).backward()
+    norm = clip_grad_norm_(model, 0.01)
+    ref = torch.nn.utils.clip_grad_norm_(twin.parameters(), 0.01)
+    torch.testing.assert_close(norm, ref)
+    full = get_fsdp_full_state_dict(model)
+    assert set(full) == set(model.state_dict())
+
+
+def test_meta_init_keeps_buffers_real():
+    import verl.utils.fsdp_utils as fu
+
+    with fu._meta_parameters():
+        model = _make_model()
+    assert all(p.is_meta for p in model.parameters())
+    assert all(not b.is_meta for b in model.buffers())
