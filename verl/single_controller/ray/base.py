@@ -1,0 +1,558 @@
+"""Ray backend of the single controller: resource pools as placement groups, workers as Ray actors."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+import os
+import random
+import string
+import time
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker, WorkerGroup
+from verl.single_controller.base.decorator import MAGIC_ATTR, Dispatch
+from verl.single_controller.base.worker_group import make_group_method
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger(__name__)
+
+FusedWorkerCLSName = "FusedWorker"
+
+
+def get_random_string(length: int) -> str:
+    letters_digits = string.ascii_letters + string.digits
+    return "".join(random.choice(letters_digits) for _ in range(length))
+
+
+def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
+    """The group method for a registered worker method (see ``make_group_method``), waiting with ``ray.get``."""
+    return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=ray.get)
+
+
+def sort_placement_group_by_node_ip(pgs: list[PlacementGroup]) -> list[PlacementGroup]:
+    """Order placement groups by the IP of their node so rank -> node stays stable across restarts."""
+    node_ip = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+    pg_ip = {}
+    for pg in pgs:
+        specs = ray._private.state.state.placement_group_table(pg.id)
+        node_id = specs["bundles_to_node_id"][0]
+        pg_ip[pg.id] = node_ip[node_id]
+    return sorted(pgs, key=lambda pg: pg_ip[pg.id])
+
+
+class RayResourcePool(ResourcePool):
+    """A resource pool realised as one Ray placement group per node entry.
+
+    Each process gets a bundle with one GPU (or NPU) where ``use_gpu``; on a CPU-only cluster each bundle is CPU only,
+    and every worker process is still one bundle.
+    """
+
+    def __init__(
+        self,
+        process_on_nodes: list[int] | None = None,
+        use_gpu: bool = True,
+        name_prefix: str | None = None,
+        max_colocate_count: int = 10,
+        detached: bool = False,
+        accelerator_type: str | None = None,
+    ) -> None:
+        super().__init__(process_on_nodes, max_colocate_count)
+        self.use_gpu = use_gpu
+        self.name_prefix = get_random_string(length=6) if name_prefix is None else name_prefix
+        self.pgs = None
+        self.detached = detached
+        self.accelerator_type = accelerator_type
+
+    def bundle_cpus(self) -> float:
+        """CPUs reserved per process. On GPU nodes verl reserves max_colocate_count; a CPU box has few cores."""
+        return self.max_colocate_count if self.use_gpu else 1
+
+    def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None, device_name: str = "cuda"):
+        """Create (once) and return the placement groups, blocking until they are ready."""
+        if self.pgs is not None:
+            return self.pgs
+        pg_name_prefix = name if name else f"{self.name_prefix}verl_group_{'_'.join(str(c) for c in self._store)}:"
+        bundle: dict[str, float] = {"CPU": self.bundle_cpus()}
+        if self.use_gpu:
+            bundle["NPU" if device_name == "npu" else "GPU"] = 1
+            if self.accelerator_type is not None:
+                bundle[self.accelerator_type] = 1e-4
+        lifetime = "detached" if self.detached else None
+        pgs = [
+            placement_group(
+                bundles=[dict(bundle) for _ in range(count)],
+                strategy=strategy,
+                name=pg_name_prefix + str(idx),
+                lifetime=lifetime,
+            )
+            for idx, count in enumerate(self._store)
+        ]
+        _wait_placement_groups(pgs, self)
+        self.pgs = pgs
+        return pgs
+
+
+def _wait_placement_groups(pgs: list[PlacementGroup], pool: RayResourcePool, timeout_s: float = 300) -> None:
+    """Wait for every placement group; say which resources are missing instead of hanging silently."""
+    ready, _ = ray.wait([pg.ready() for pg in pgs], num_returns=len(pgs), timeout=timeout_s)
+    if len(ready) < len(pgs):
+        raise TimeoutError(
+            f"resource pool {pool.name_prefix} ({pool.store} processes, use_gpu={pool.use_gpu}) could not be placed "
+            f"within {timeout_s}s; the cluster has {ray.cluster_resources()}"
+        )
+
+
+def extract_pg_from_exist(
+    resource_pools: dict[str, RayResourcePool], src_role_names: list[str], resource_pool: RayResourcePool
+) -> list:
+    """Reuse placement groups of existing pools, largest first, for a new pool of the given shape."""
+    src_pgs = [
+        pg
+        for role_name, pool in resource_pools.items()
+        for pg in pool.get_placement_groups()
+        if role_name in src_role_names
+    ]
+    sorted_src = sorted(src_pgs, key=lambda pg: pg.bundle_count, reverse=True)
+    sorted_counts = sorted(enumerate(resource_pool.store), key=lambda x: x[1], reverse=True)
+    unsorted: list[tuple[int, Any]] = []
+    searching = 0
+    for original_idx, count in sorted_counts:
+        assert searching < len(sorted_src), f"no placement group left for a node with {count} processes"
+        assert count <= sorted_src[searching].bundle_count, (
+            f"requested {count} processes but the placement group has {sorted_src[searching].bundle_count} bundles"
+        )
+        unsorted.append((original_idx, sorted_src[searching]))
+        searching += 1
+    return [pg for _, pg in sorted(unsorted)]
+
+
+def merge_resource_pool(rp1: RayResourcePool, rp2: RayResourcePool) -> RayResourcePool:
+    """One pool holding the nodes (and placement groups) of both."""
+    assert rp1.use_gpu == rp2.use_gpu, "merge_resource_pool: both pools must agree on use_gpu"
+    assert rp1.max_colocate_count == rp2.max_colocate_count, "merge_resource_pool: max_colocate_count differs"
+    assert rp1.n_gpus_per_node == rp2.n_gpus_per_node, "merge_resource_pool: n_gpus_per_node differs"
+    assert rp1.detached == rp2.detached, "merge_resource_pool: detached differs"
+    merged = RayResourcePool(rp1.store + rp2.store, rp1.use_gpu, f"{rp1.name_prefix}_{rp2.name_prefix}")
+    merged.pgs = rp1.get_placement_groups() + rp2.get_placement_groups()
+    return merged
+
+
+def _unwrap_actor_class(cls):
+    """The user's class behind a ``ray.remote`` actor class (or the class itself)."""
+    return getattr(cls, "__ray_actor_class__", cls)
+
+
+class RayClassWithInitArgs(ClassWithInitArgs):
+    """A Ray actor class plus init args; builds the actor inside a given placement-group bundle."""
+
+    def __init__(self, cls, *args, **kwargs) -> None:
+        super().__init__(cls, *args, **kwargs)
+        self._options: dict = {}
+        self._additional_resource: dict = {}
+
+    def set_additional_resource(self, additional_resource: dict) -> None:
+        self._additional_resource = additional_resource
+
+    def update_options(self, options: dict) -> None:
+        self._options.update(options)
+
+    def __call__(
+        self,
+        placement_group,
+        placement_group_bundle_idx: int,
+        use_gpu: bool = True,
+        num_gpus: float = 1,
+        sharing_with=None,
+        device_name: str = "cuda",
+        num_cpus: float | None = None,
+    ):
+        if sharing_with is not None:
+            target_node_id = ray.get(sharing_with.get_node_id.remote())
+            visible_devices = ray.get(sharing_with.get_cuda_visible_devices.remote())
+            options = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=target_node_id, soft=False)}
+            return self.cls.options(**options).remote(*self.args, cuda_visible_devices=visible_devices, **self.kwargs)
+        options = {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=placement_group, placement_group_bundle_index=placement_group_bundle_idx
+            )
+        }
+        options.update(self._options)
+        if use_gpu and device_name == "cuda":
+            options["num_gpus"] = num_gpus
+        elif use_gpu and device_name == "npu":
+            options["resources"] = {"NPU": num_gpus}
+        if num_cpus is not None:
+            options["num_cpus"] = num_cpus
+        if self._additional_resource:
+            options.update(self._additional_resource)
+        return self.cls.options(**options).remote(*self.args, **self.kwargs)
+
+
+class RayWorkerGroup(WorkerGroup):
+    """A group of Ray actors running the same Worker class; registered methods become group methods."""
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        bin_pack: bool = True,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        worker_handles: list | None = None,
+        ray_wait_register_center_timeout: int = 300,
+        device_name: str = "cuda",
+        **kwargs,
+    ) -> None:
+        super().__init__(resource_pool=resource_pool, **kwargs)
+        self.ray_cls_with_init = ray_cls_with_init
+        self.name_prefix = get_random_string(length=6) if name_prefix is None else name_prefix
+        self._ray_wait_register_center_timeout = ray_wait_register_center_timeout
+        self.fused_worker_used = ray_cls_with_init.fused_worker_used if ray_cls_with_init is not None else False
+        self.sub_cls_name = ""
+        self.device_name = device_name
+        self.profile_steps = kwargs.get("profile_steps", None)
+        self.worker_nsight_options = kwargs.get("worker_nsight_options", None)
+        if self.worker_nsight_options is not None and self.worker_nsight_options.get("capture-range-end") is None:
+            self.worker_nsight_options["capture-range-end"] = f"repeat-shutdown:{6 * len(self.profile_steps)}"
+
+        if worker_names is not None and not self._is_init_with_detached_workers:
+            raise AssertionError("worker_names can only be given when attaching to detached workers")
+        if self._is_init_with_detached_workers:
+            self._init_with_detached_workers(worker_names=worker_names, worker_handles=worker_handles)
+        else:
+            self._init_with_resource_pool(resource_pool, ray_cls_with_init, bin_pack, detached)
+
+        if ray_cls_with_init is not None:
+            self._bind_worker_method(_unwrap_actor_class(self.ray_cls_with_init.cls), self._func_generator)
+        self.wg_dict = None
+        self.method_names: list[str] = []
+
+    # ------------------------------------------------------------------------------------------- construction
+    @staticmethod
+    def _func_generator(group, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
+        return func_generator(group, method_name, dispatch_fn, collect_fn, execute_fn, blocking)
+
+    def _is_worker_alive(self, worker) -> bool:
+        from ray.util.state import get_actor
+
+        state = get_actor(worker._actor_id.hex())
+        return state.get("state") == "ALIVE" if isinstance(state, dict) else getattr(state, "state", None) == "ALIVE"
+
+    def _init_with_detached_workers(self, worker_names, worker_handles) -> None:
+        workers = worker_handles if worker_handles else [ray.get_actor(name=name) for name in worker_names]
+        self._workers = list(workers)
+        self._worker_names = list(worker_names) if worker_names else []
+        self._world_size = len(self._workers)
+
+    def _user_class_name(self, ray_cls_with_init) -> str:
+        return _unwrap_actor_class(ray_cls_with_init.cls).__name__
+
+    def _init_with_resource_pool(self, resource_pool, ray_cls_with_init, bin_pack, detached) -> None:
+        use_gpu = resource_pool.use_gpu
+        strategy = "STRICT_PACK" if bin_pack else "PACK"
+        pgs = resource_pool.get_placement_groups(strategy=strategy, device_name=self.device_name)
+        if len(pgs) > 1:
+            pgs = sort_placement_group_by_node_ip(pgs)
+        world_size = resource_pool.world_size
+        self._world_size = world_size
+        num_gpus = 1 / resource_pool.max_colocate_count
+        # on CPU, several groups may share one bundle (colocation without fusing): each takes a share of its CPU
+        num_cpus = None if use_gpu else resource_pool.bundle_cpus() / resource_pool.max_colocate_count
+        class_name = self._user_class_name(ray_cls_with_init)
+        local_world_size = resource_pool.store[0]
+
+        rank = -1
+        for pg_idx, pg in enumerate(pgs):
+            assert local_world_size <= pg.bundle_count, (
+                f"placement group {pg_idx} has {pg.bundle_count} bundles, fewer than {local_world_size} processes"
+            )
+            for local_rank in range(local_world_size):
+                rank += 1
+                env_vars = {
+                    "WORLD_SIZE": str(world_size),
+                    "RANK": str(rank),
+                    "WG_PREFIX": self.name_prefix,
+                    "WG_BACKEND": "ray",
+                    "RAY_LOCAL_WORLD_SIZE": str(local_world_size),
+                    "RAY_LOCAL_RANK": str(local_rank),
+                }
+                if rank != 0:
+                    env_vars["MASTER_ADDR"] = self._master_addr
+                    env_vars["MASTER_PORT"] = self._master_port
+                name = f"{self.name_prefix}{class_name}_{pg_idx}:{local_rank}"
+                ray_cls_with_init.update_options({"runtime_env": {"env_vars": env_vars}, "name": name})
+                if detached:
+                    ray_cls_with_init.update_options({"lifetime": "detached"})
+                worker = ray_cls_with_init(
+                    placement_group=pg,
+                    placement_group_bundle_idx=local_rank,
+                    use_gpu=use_gpu,
+                    num_gpus=num_gpus,
+                    device_name=self.device_name,
+                    num_cpus=num_cpus,
+                )
+                self._workers.append(worker)
+                self._worker_names.append(name)
+                if rank == 0:
+                    self._master_addr, self._master_port = self._wait_rank_zero_address()
+
+    def _wait_rank_zero_address(self) -> tuple[str, str]:
+        """Rank 0 publishes its rendezvous address through a named register-center actor; wait for it."""
+        center_name = f"{self.name_prefix}_register_center"
+        deadline = time.monotonic() + self._ray_wait_register_center_timeout
+        delay = 0.01
+        while True:
+            try:
+                center = ray.get_actor(center_name)
+                break
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"rank 0 of worker group {self.name_prefix} did not start its register center "
+                        f"'{center_name}' within {self._ray_wait_register_center_timeout}s. The worker may have "
+                        "failed in __init__ (see the Ray logs) or the cluster lacks the resources to place it; "
+                        "ray_wait_register_center_timeout raises the limit."
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        info = ray.get(center.get_rank_zero_info.remote())
+        return info["MASTER_ADDR"], info["MASTER_PORT"]
+
+    @classmethod
+    def from_detached(
+        cls, name_prefix=None, worker_names=None, worker_handles=None, ray_cls_with_init=None, **kwargs
+    ) -> RayWorkerGroup:
+        """Attach a group to running workers (by name or handle)."""
+        return cls(
+            resource_pool=None,
+            ray_cls_with_init=ray_cls_with_init,
+            name_prefix=name_prefix,
+            worker_names=worker_names,
+            worker_handles=worker_handles,
+            **kwargs,
+        )
+
+    # ---------------------------------------------------------------------------------------- colocated groups
+    def spawn(self, prefix_set) -> dict[str, RayWorkerGroup]:
+        """One group per role of a colocated worker, sharing this group's actors (``wg["critic"].update_critic``)."""
+        if self.fused_worker_used:
+            return self.spawn_fused(prefix_set)
+
+        new_groups = {}
+        for prefix in prefix_set:
+            group = self.from_detached(
+                name_prefix=self.name_prefix,
+                worker_names=self._worker_names,
+                worker_handles=self._workers,
+                ray_cls_with_init=self.ray_cls_with_init,
+                device_name=self.device_name,
+            )
+            group._master_addr, group._master_port = self._master_addr, self._master_port
+            role_prefix = f"{prefix}_"
+            for method_name in dir(group):
+                if method_name.startswith(role_prefix):
+                    setattr(group, method_name[len(role_prefix) :], getattr(group, method_name))
+            new_groups[prefix] = group
+        return new_groups
+
+    def spawn_fused(self, prefix_set) -> dict[str, RayWorkerGroup]:
+        """Sub-groups of a fused worker: each binds the methods of one role class."""
+        groups = {}
+        for key in prefix_set:
+            group = copy.copy(self)  # shallow: sub-groups share the same worker handles
+            raw_cls_dict = _unwrap_actor_class(self.ray_cls_with_init.cls).raw_cls_dict
+            group._bind_worker_method(raw_cls_dict[key], self._func_generator)
+            group.sub_cls_name = key
+            groups[key] = group
+        return groups
+
+    def fuse(self, prefix_set) -> None:
+        """Expose each role of a fused worker as an attribute (``wg.actor.add(...)``)."""
+        if self.wg_dict is None:
+            self.wg_dict = self.spawn(prefix_set)
+        for role_name, role_wg in self.wg_dict.items():
+            setattr(self, role_name, role_wg)
+        self.method_names = self._bind_worker_method(
+            _unwrap_actor_class(self.ray_cls_with_init.cls), self._func_generator
+        )
+
+    # ---------------------------------------------------------------------------------------------- execution
+    def _execute_remote_single_worker(self, worker, method_name: str, *args, **kwargs):
+        if self.fused_worker_used and method_name not in self.method_names:
+            remote_call = getattr(worker, self.fused_worker_execute_fn_name)
+            return remote_call.remote(f"{self.sub_cls_name}_fwmn_{method_name}", *args, **kwargs)
+        return getattr(worker, method_name).remote(*args, **kwargs)
+
+    def execute_rank_zero_sync(self, method_name: str, *args, **kwargs):
+        return ray.get(self.execute_rank_zero_async(method_name, *args, **kwargs))
+
+    def execute_rank_zero_async(self, method_name: str, *args, **kwargs):
+        return self._execute_remote_single_worker(self._workers[0], method_name, *args, **kwargs)
+
+    def execute_rank_zero(self, method_name: str, *args, **kwargs):
+        return self.execute_rank_zero_async(method_name, *args, **kwargs)
+
+    def execute_all(self, method_name: str, *args, **kwargs):
+        return self.execute_all_async(method_name, *args, **kwargs)
+
+    def execute_all_sync(self, method_name: str, *args, **kwargs):
+        return ray.get(self.execute_all_async(method_name, *args, **kwargs))
+
+    def execute_all_async(self, method_name: str, *args, **kwargs) -> list:
+        """Call every worker; per-worker lists (one element per worker) are split, anything else is broadcast."""
+        n = len(self._workers)
+        values = list(args) + list(kwargs.values())
+        if values and all(isinstance(v, list) and len(v) == n for v in values):
+            return [
+                self._execute_remote_single_worker(
+                    worker, method_name, *(a[i] for a in args), **{k: v[i] for k, v in kwargs.items()}
+                )
+                for i, worker in enumerate(self._workers)
+            ]
+        return [self._execute_remote_single_worker(w, method_name, *args, **kwargs) for w in self._workers]
+
+    # ---------------------------------------------------------------------------------------------- properties
+    @property
+    def master_address(self):
+        return self._master_addr
+
+    @property
+    def master_port(self):
+        return self._master_port
+
+    @property
+    def workers(self) -> list:
+        return self._workers
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def worker_names(self) -> list[str]:
+        return self._worker_names
+
+
+# ------------------------------------------------------------------------------------------------- colocation
+def _find_worker_base(cls):
+    actor_cls = _unwrap_actor_class(cls)
+    for klass in actor_cls.__mro__:
+        if klass.__name__ in ("MegatronWorker", "Worker"):
+            assert issubclass(klass, Worker), f"{klass} must subclass Worker"
+            return klass
+    raise TypeError(f"{actor_cls.__name__} does not derive from Worker")
+
+
+def _with_worker_init_disabled(build):
+    """Build role workers inside a colocated actor without re-running the rank/rendezvous set-up."""
+    previous = os.environ.get("DISABLE_WORKER_INIT")
+    os.environ["DISABLE_WORKER_INIT"] = "1"
+    try:
+        return build()
+    finally:
+        if previous is None:
+            os.environ.pop("DISABLE_WORKER_INIT", None)
+        else:
+            os.environ["DISABLE_WORKER_INIT"] = previous
+
+
+def _delegating_method(key: str, name: str, method):
+    """A WorkerDict method that forwards to ``self.worker_dict[key].<name>`` (async stays async)."""
+    if inspect.iscoroutinefunction(method):
+
+        async def forward(self, *args, **kwargs):
+            return await getattr(self.worker_dict[key], name)(*args, **kwargs)
+
+    else:
+
+        def forward(self, *args, **kwargs):
+            return getattr(self.worker_dict[key], name)(*args, **kwargs)
+
+    setattr(forward, MAGIC_ATTR, getattr(method, MAGIC_ATTR))
+    forward.__name__ = f"{key}_{name}"
+    return forward
+
+
+def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs]) -> RayClassWithInitArgs:
+    """One actor class hosting several role workers (``actor_rollout``, ``critic``, ...) in the same process.
+
+    Role ``key``'s registered method ``m`` becomes ``key_m``; ``RayWorkerGroup.spawn`` maps it back to ``m``.
+    """
+    base = _find_worker_base(next(iter(class_dict.values())).cls)
+    raw_classes = {key: _unwrap_actor_class(c.cls) for key, c in class_dict.items()}
+    init_args = {key: (c.args, c.kwargs) for key, c in class_dict.items()}
+
+    class WorkerDict(base):
+        def __init__(self):
+            super().__init__()
+            self.worker_dict = {}
+            for key, user_cls in raw_classes.items():
+                args, kwargs = init_args[key]
+                self.worker_dict[key] = _with_worker_init_disabled(lambda c=user_cls, a=args, k=kwargs: c(*a, **k))
+
+    for key, user_cls in raw_classes.items():
+        for name in dir(user_cls):
+            method = getattr(user_cls, name, None)
+            if method is None or not hasattr(method, MAGIC_ATTR):
+                continue
+            direct = getattr(method, MAGIC_ATTR)["dispatch_mode"] == Dispatch.DIRECT_ROLLOUT_METHOD
+            if direct and "rollout" in key:
+                assert not hasattr(WorkerDict, name), f"direct rollout method {name} clashes with an existing name"
+                forward = _delegating_method(key, name, method)
+                forward.__name__ = name
+                setattr(WorkerDict, name, forward)
+            else:
+                setattr(WorkerDict, f"{key}_{name}", _delegating_method(key, name, method))
+    return RayClassWithInitArgs(cls=ray.remote(WorkerDict))
+
+
+def create_colocated_worker_raw_cls(class_dict: dict[str, RayClassWithInitArgs]):
+    """A Worker subclass that instantiates every role class as an attribute (fused worker, not yet ray.remote)."""
+    raw_cls_dict = {key: _unwrap_actor_class(c.cls) for key, c in class_dict.items()}
+    init_args = {key: (c.args, c.kwargs) for key, c in class_dict.items()}
+    base = _find_worker_base(next(iter(class_dict.values())).cls)
+    fused_name = FusedWorkerCLSName + "_" + "_".join(class_dict.keys())
+
+    def __init__(self, *args, **kwargs):
+        base.__init__(self, *args, **kwargs)
+        for key, user_cls in raw_cls_dict.items():
+            user_cls._get_ray_actor_cls_name = lambda _self, n=fused_name: n
+            user_cls._get_ray_method_prefix = lambda _self, k=key: f"{k}_"
+            a, k = init_args[key]
+            instance = _with_worker_init_disabled(lambda c=user_cls, a=a, k=k: c(*a, **k))
+            self.fused_worker_dict[key] = instance
+            setattr(self, key, instance)
+        for instance in self.fused_worker_dict.values():
+            setattr(instance, Worker.fused_worker_attr_name, self.fused_worker_dict)
+
+    def _fuw_execute(self, method_name: str, *args, **kwargs):
+        key, _, name = method_name.partition("_fwmn_")
+        assert key in self.fused_worker_dict, f"fused worker has no role '{key}' (method {method_name})"
+        return getattr(self.fused_worker_dict[key], name)(*args, **kwargs)
+
+    return type(
+        fused_name,
+        (base,),
+        {
+            "__init__": __init__,
+            "_fuw_execute": _fuw_execute,
+            "is_fused_worker": True,
+            "raw_cls_dict": raw_cls_dict,
+        },
+    )
+
+
+def create_colocated_worker_cls_fused(class_dict: dict[str, RayClassWithInitArgs]) -> RayClassWithInitArgs:
+    """The fused worker class of ``class_dict`` as a Ray actor class, marked ``fused_worker_used``."""
+    raw = create_colocated_worker_raw_cls(class_dict)
+    cls_with_init = RayClassWithInitArgs(cls=ray.remote(raw))
+    cls_with_init.fused_worker_used = True
+    return cls_with_init
