@@ -1,0 +1,313 @@
+"""RL prompt dataset over parquet files (chat template applied at load), its collate function and factories."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, ListConfig
+from torch.utils.data import Dataset, Sampler, SequentialSampler
+
+from verl.utils.model import compute_position_id_with_mask
+from verl.utils.torch_functional import postprocess_data
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "create_rl_sampler"]
+
+_TRUNCATIONS = ("error", "left", "right", "middle")
+
+
+def collate_fn(data_list: list[dict]) -> dict:
+    """Batch dataset rows: tensors are stacked to ``(B, ...)``; every other value becomes a numpy object array (B,).
+
+    Built with ``np.fromiter`` so list- or dict-valued fields stay one element per row (``np.array`` would turn
+    equal-length lists into a 2-D array).
+    """
+    tensors: dict[str, list] = defaultdict(list)
+    non_tensors: dict[str, list] = defaultdict(list)
+    for row in data_list:
+        for key, value in row.items():
+            (tensors if isinstance(value, torch.Tensor) else non_tensors)[key].append(value)
+    batch = {key: torch.stack(values, dim=0) for key, values in tensors.items()}
+    for key, values in non_tensors.items():
+        batch[key] = np.fromiter(values, dtype=object, count=len(values))
+    return batch
+
+
+def _cfg_get(config, key: str, default):
+    """``config.get(key, default)`` for dict or OmegaConf configs (None means absent only for OmegaConf nulls)."""
+    return config.get(key, default) if config is not None else default
+
+
+def _truncate_ids(ids: list[int], max_length: int, truncation: str) -> list[int]:
+    """Cut a token list to ``max_length`` the same way ``postprocess_data`` cuts the tensors."""
+    if len(ids) <= max_length:
+        return ids
+    if truncation == "left":
+        return ids[-max_length:]
+    if truncation == "right":
+        return ids[:max_length]
+    if truncation == "middle":
+        head = max_length // 2
+        return ids[:head] + ids[len(ids) - (max_length - head) :]
+    raise RuntimeError(
+        f"prompt length {len(ids)} is longer than data.max_prompt_length={max_length} (truncation=error)"
+    )
+
+
+class RLHFDataset(Dataset):
+    """Prompts for RL from parquet files; each item holds the left-padded templated prompt and the row's metadata.
+
+    ``__getitem__`` returns ``input_ids``, ``attention_mask``, ``position_ids`` (each ``(max_prompt_length,)``),
+    ``raw_prompt_ids`` (unpadded token list) and the row's other columns (``data_source``, ``reward_model``,
+    ``extra_info``, ``ability``, ...), plus ``index``, ``tools_kwargs``, ``interaction_kwargs``.
+    """
+
+    def __init__(self, data_files: str | Sequence[str], tokenizer, config: DictConfig | dict | None, processor=None):
+        if not isinstance(data_files, list | ListConfig | tuple):
+            data_files = [data_files]
+        self.data_files = list(copy.deepcopy(data_files))
+        self.original_data_files = list(copy.deepcopy(data_files))  # resume_dataset_state re-reads these
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.config = config if config is not None else {}
+
+        self.cache_dir = os.path.expanduser(_cfg_get(config, "cache_dir", "~/.cache/verl/rlhf"))
+        self.prompt_key = _cfg_get(config, "prompt_key", "prompt")
+        self.image_key = _cfg_get(config, "image_key", "images")
+        self.video_key = _cfg_get(config, "video_key", "videos")
+        self.max_prompt_length = int(_cfg_get(config, "max_prompt_length", 1024))
+        self.return_raw_chat = bool(_cfg_get(config, "return_raw_chat", False))
+        self.return_full_prompt = bool(_cfg_get(config, "return_full_prompt", False))
+        self.truncation = _cfg_get(config, "truncation", "error")
+        self.filter_overlong_prompts = bool(_cfg_get(config, "filter_overlong_prompts", True))
+        cpu_count = os.cpu_count() or 1
+        workers = _cfg_get(config, "filter_overlong_prompts_workers", max(1, cpu_count // 4))
+        self.num_workers = min(max(1, int(workers)), cpu_count)
+        self.use_shm = bool(_cfg_get(config, "use_shm", False))
+        self.need_tools_kwargs = bool(_cfg_get(config, "need_tools_kwargs", False))
+        self.chat_template_func = _cfg_get(config, "chat_template_func", None)
+        self.filter_prompts = _cfg_get(config, "filter_prompts", True)
+        self.serialize_dataset = False
+
+        if self.truncation not in _TRUNCATIONS:
+            raise ValueError(f"data.truncation={self.truncation!r} is not supported; expected one of {_TRUNCATIONS}")
+        if self.max_prompt_length <= 0:
+            raise ValueError(f"data.max_prompt_length={self.max_prompt_length} must be a positive integer")
+        self._download()
+        self._read_files_and_tokenize()
+
+    def _download(self, use_origin_parquet: bool = False) -> None:
+        """Make every data file local (remote ones are copied into ``cache_dir``)."""
+        from verl.utils.fs import copy_to_local
+
+        files = self.original_data_files if use_origin_parquet else self.data_files
+        self.data_files = [copy_to_local(src=f, cache_dir=self.cache_dir, use_shm=self.use_shm) for f in files]
+
+    def _read_files_and_tokenize(self) -> None:
+        """Load and concatenate the parquet files, then drop prompts longer than ``max_prompt_length`` if asked."""
+        import datasets
+
+        for path in self.data_files:
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"data file {path!r} (from data.train_files / data.val_files) does not exist")
+        frames = [datasets.load_dataset("parquet", data_files=path)["train"] for path in self.data_files]
+        self.dataframe = datasets.concatenate_datasets(frames)
+        if self.prompt_key not in self.dataframe.column_names:
+            raise KeyError(
+                f"data.prompt_key={self.prompt_key!r} is not a column of {self.data_files}; "
+                f"columns are {self.dataframe.column_names}"
+            )
+        logger.info("dataset len: %d", len(self.dataframe))
+        self.dataframe = self.maybe_filter_out_long_prompts(self.dataframe)
+
+    def _prompt_length(self, row: dict) -> int:
+        """Token length of the templated prompt of ``row`` (processor output length for multimodal rows)."""
+        messages = self._build_messages(dict(row))
+        if self.processor is not None and (self.image_key in row or self.video_key in row):
+            from verl.utils.dataset.vision_utils import process_image, process_video
+
+            text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            images = [process_image(im) for im in row.get(self.image_key) or []] or None
+            videos = [process_video(v) for v in row.get(self.video_key) or []] or None
+            return len(self.processor(text=[text], images=images, videos=videos)["input_ids"][0])
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def maybe_filter_out_long_prompts(self, dataframe):
+        """Drop rows whose templated prompt exceeds ``max_prompt_length`` tokens (when ``filter_overlong_prompts``)."""
+        if not self.filter_overlong_prompts:
+            return dataframe
+        before = len(dataframe)
+        dataframe = dataframe.filter(
+            lambda row: self._prompt_length(row) <= self.max_prompt_length,
+            num_proc=self.num_workers if self.num_workers > 1 else None,
+            desc=f"Filtering prompts longer than {self.max_prompt_length} tokens",
+        )
+        logger.info("filtered dataset len: %d (dropped %d)", len(dataframe), before - len(dataframe))
+        return dataframe
+
+    def resume_dataset_state(self) -> None:
+        """Re-read the original files after unpickling (the dataframe is not pickled unless ``serialize_dataset``)."""
+        self.serialize_dataset = not hasattr(self, "original_data_files")
+        if not self.serialize_dataset:
+            self._download(use_origin_parquet=True)
+            self._read_files_and_tokenize()
+        else:
+            logger.warning("old dataloader checkpoint: the dataset was serialized with it and is used as is")
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if not self.serialize_dataset and "dataframe" in state:
+            del state["dataframe"]  # keeps the dataloader checkpoint (data.pt) small
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "dataframe" not in state:
+            self._read_files_and_tokenize()
+
+    def __len__(self) -> int:
+        return len(self.dataframe)
+
+    def _build_messages(self, row: dict) -> list:
+        """Pop the chat messages from ``row``; split ``<image>``/``<video>`` placeholders into typed parts."""
+        messages = row.pop(self.prompt_key)
+        if isinstance(messages, str):
+            raise TypeError(
+                f"column {self.prompt_key!r} must hold chat messages [{{'role': ..., 'content': ...}}], got a string"
+            )
+        messages = [dict(m) for m in messages]
+        if self.image_key in row or self.video_key in row:
+            for message in messages:
+                content = message["content"]
+                if not isinstance(content, str):
+                    continue
+                parts = []
+                for i, image_chunk in enumerate(content.split("<image>")):
+                    if i > 0:
+                        parts.append({"type": "image"})
+                    for j, text in enumerate(image_chunk.split("<video>")):
+                        if j > 0:
+                            parts.append({"type": "video"})
+                        if text:
+                            parts.append({"type": "text", "text": text})
+                message["content"] = parts
+        return messages
+
+    def __getitem__(self, item: int) -> dict:
+        """One prompt: padded ``input_ids``/``attention_mask``/``position_ids`` ``(max_prompt_length,)`` + metadata."""
+        row: dict = dict(self.dataframe[item])
+        messages = self._build_messages(row)
+        multi_modal_inputs = None
+        if self.processor is not None and (self.image_key in row or self.video_key in row):
+            raw_prompt, model_inputs, row = self._process_multimodal(messages, row)
+            multi_modal_inputs = dict(model_inputs)
+            input_ids = multi_modal_inputs.pop("input_ids")
+            attention_mask = multi_modal_inputs.pop("attention_mask")
+            multi_modal_inputs.pop("second_per_grid_ts", None)
+        else:
+            raw_prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            model_inputs = self.tokenizer(raw_prompt, return_tensors="pt", add_special_tokens=False)
+            input_ids, attention_mask = model_inputs["input_ids"], model_inputs["attention_mask"]
+
+        input_ids, attention_mask = postprocess_data(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_length=self.max_prompt_length,
+            pad_token_id=self.tokenizer.pad_token_id,
+            left_pad=True,
+            truncation=self.truncation,
+        )
+        position_ids = self._position_ids(input_ids, attention_mask, multi_modal_inputs)
+
+        row["input_ids"] = input_ids[0]
+        row["attention_mask"] = attention_mask[0]
+        row["position_ids"] = position_ids
+        if multi_modal_inputs is not None:
+            row["multi_modal_inputs"] = multi_modal_inputs
+
+        raw_prompt_ids = self.tokenizer.encode(raw_prompt, add_special_tokens=False)
+        row["raw_prompt_ids"] = _truncate_ids(raw_prompt_ids, self.max_prompt_length, self.truncation)
+        if self.return_raw_chat:
+            row["raw_prompt"] = messages
+        if self.return_full_prompt:
+            row["full_prompts"] = raw_prompt
+
+        extra_info = row.get("extra_info") or {}
+        row["index"] = extra_info.get("index", 0)
+        tools_kwargs = extra_info.get("tools_kwargs", {})
+        if self.need_tools_kwargs and not tools_kwargs:
+            logger.warning("tools_kwargs is empty for index %s, data source: %s", row["index"], row.get("data_source"))
+        row["tools_kwargs"] = tools_kwargs
+        row["interaction_kwargs"] = extra_info.get("interaction_kwargs", {})
+        return row
+
+    def _process_multimodal(self, messages: list, row: dict):
+        """Template and run the processor on text + images/videos; returns (raw_prompt, processor outputs, row)."""
+        from verl.utils.dataset.vision_utils import process_image, process_video
+
+        raw_prompt = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        multi_modal_data = {}
+        images = None
+        if self.image_key in row and row[self.image_key] is not None:
+            images = [process_image(image) for image in row.pop(self.image_key)]
+            multi_modal_data["image"] = images
+        videos = None
+        if self.video_key in row and row[self.video_key] is not None:
+            videos = [process_video(video) for video in row.pop(self.video_key)]
+            multi_modal_data["video"] = [v.numpy() if isinstance(v, torch.Tensor) else v for v in videos]
+        model_inputs = self.processor(text=[raw_prompt], images=images, videos=videos, return_tensors="pt")
+        row["multi_modal_data"] = multi_modal_data
+        return raw_prompt, model_inputs, row
+
+    def _position_ids(self, input_ids, attention_mask, multi_modal_inputs) -> torch.Tensor:
+        """``(P,)`` position ids from the mask; ``(3, P)`` rope indices for Qwen2-VL style image processors."""
+        processor_name = type(getattr(self.processor, "image_processor", None)).__name__
+        if self.processor is not None and "Qwen2VLImageProcessor" in processor_name:
+            from verl.models.transformers.qwen2_vl import get_rope_index
+
+            return get_rope_index(
+                self.processor,
+                input_ids=input_ids[0],
+                image_grid_thw=(multi_modal_inputs or {}).get("image_grid_thw"),
+                video_grid_thw=(multi_modal_inputs or {}).get("video_grid_thw"),
+                second_per_grid_ts=(multi_modal_inputs or {}).get("second_per_grid_ts"),
+                attention_mask=attention_mask[0],
+            )
+        return compute_position_id_with_mask(attention_mask)[0]
+
+
+def create_rl_dataset(data_paths, data_config, tokenizer, processor) -> Dataset:
+    """Build the RL dataset: ``data.custom_cls`` (a ``torch.utils.data.Dataset`` subclass) if set, else RLHFDataset."""
+    custom_cls = _cfg_get(data_config, "custom_cls", None)
+    if custom_cls is not None and custom_cls.get("path", None) is not None:
+        from verl.utils.import_utils import load_extern_type
+
+        path, name = custom_cls.get("path"), custom_cls.get("name")
+        dataset_cls = load_extern_type(path, name)
+        if not (isinstance(dataset_cls, type) and issubclass(dataset_cls, Dataset)):
+            raise TypeError(
+                f"data.custom_cls.name={name!r} from data.custom_cls.path={path!r} must be a subclass of "
+                f"torch.utils.data.Dataset, got {dataset_cls!r}"
+            )
+    else:
+        dataset_cls = RLHFDataset
+    return dataset_cls(data_files=data_paths, tokenizer=tokenizer, processor=processor, config=data_config)
+
+
+def create_rl_sampler(data_config, dataset) -> Sampler:
+    """Sampler for the train dataloader: seeded resumable random order if ``data.shuffle``, else sequential."""
+    from verl.utils.dataset.sampler import ResumableRandomSampler
+
+    if _cfg_get(data_config, "shuffle", True):
+        generator = torch.Generator()
+        generator.manual_seed(int(_cfg_get(data_config, "seed", 1)))
+        return ResumableRandomSampler(dataset, generator=generator)
+    return SequentialSampler(dataset)
