@@ -1,0 +1,227 @@
+"""DataParallelPPOActor on a tiny Qwen2: log-probs, remove-padding, dynamic batching, the PPO update."""
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from verl.protocol import DataProto
+from verl.utils.model import compute_position_id_with_mask
+from verl.workers.actor import DataParallelPPOActor
+
+VOCAB, P, T, B = 96, 6, 5, 6
+TEMPERATURE = 0.7
+
+
+def tiny_lm(seed: int = 0) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        attn_implementation="sdpa",
+    )
+    return Qwen2ForCausalLM(cfg)
+
+
+def rollout_batch(seed: int = 0) -> DataProto:
+    """Left-padded prompts of lengths 1..P, right-padded responses of lengths 1..T (verl's rollout layout)."""
+    g = torch.Generator().manual_seed(seed)
+    prompt_lens = [6, 1, 3, 5, 2, 4]
+    response_lens = [5, 2, 1, 4, 3, 5]
+    input_ids = torch.randint(0, VOCAB, (B, P + T), generator=g)
+    mask = torch.zeros(B, P + T, dtype=torch.long)
+    for i, (pl, rl) in enumerate(zip(prompt_lens, response_lens)):
+        mask[i, P - pl : P + rl] = 1
+    input_ids = torch.where(mask.bool(), input_ids, torch.zeros_like(input_ids))
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "position_ids": compute_position_id_with_mask(mask),
+        "responses": input_ids[:, P:],
+        "old_log_probs": -torch.rand(B, T, generator=g) - 1.0,
+        "advantages": torch.randn(B, T, generator=g),
+        "ref_log_prob": -torch.rand(B, T, generator=g) - 1.0,
+    }
+    return DataProto.from_dict(tensors=batch, meta_info={"temperature": TEMPERATURE})
+
+
+def actor_config(**overrides):
+    cfg = {
+        "strategy": "fsdp",
+        "ppo_mini_batch_size": 6,
+        "ppo_micro_batch_size_per_gpu": 2,
+        "use_dynamic_bsz": False,
+        "ppo_max_token_len_per_gpu": 2 * (P + T),
+        "grad_clip": 1.0,
+        "clip_ratio": 0.2,
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.28,
+        "clip_ratio_c": 3.0,
+        "policy_loss": {"loss_mode": "vanilla"},
+        "loss_agg_mode": "token-mean",
+        "entropy_coeff": 0.0,
+        "use_kl_loss": False,
+        "kl_loss_coef": 0.001,
+        "kl_loss_type": "low_var_kl",
+        "ppo_epochs": 1,
+        "shuffle": False,
+        "ulysses_sequence_parallel_size": 1,
+        "use_remove_padding": False,
+        "use_torch_compile": False,
+    }
+    cfg.update(overrides)
+    return OmegaConf.create(cfg)
+
+
+def log_prob_meta(data: DataProto, micro_batch_size=2, use_dynamic_bsz=False, max_token_len=None) -> DataProto:
+    data.meta_info.update(
+        micro_batch_size=micro_batch_size,
+        use_dynamic_bsz=use_dynamic_bsz,
+        max_token_len=max_token_len,
+        temperature=TEMPERATURE,
+    )
+    return data
+
+
+def response_mask(data: DataProto) -> torch.Tensor:
+    return data.batch["attention_mask"][:, -T:].bool()
+
+
+def test_log_probs_equal_hand_computation_per_row():
+    model = tiny_lm()
+    actor = DataParallelPPOActor(actor_config(), model)
+    data = log_prob_meta(rollout_batch())
+    log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
+    assert log_probs.shape == entropys.shape == (B, T)
+    for i in range(B):
+        # Run each sequence alone, without any padding, and read the response tokens' log-softmax.
+        valid = data.batch["attention_mask"][i].bool()
+        ids = data.batch["input_ids"][i][valid].unsqueeze(0)
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0] / TEMPERATURE
+        n_prompt = int(valid[:P].sum())
+        n_resp = int(valid[P:].sum())
+        logp = F.log_softmax(logits, dim=-1)
+        rows = torch.arange(n_prompt - 1, n_prompt - 1 + n_resp)
+        expected = logp[rows, ids[0, n_prompt : n_prompt + n_resp]]
+        expected_ent = -(logp.exp() * logp).sum(-1)[rows]
+        torch.testing.assert_close(log_probs[i, :n_resp], expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(entropys[i, :n_resp], expected_ent, rtol=1e-5, atol=1e-5)
+
+
+def test_remove_padding_equals_padded():
+    model = tiny_lm()
+    padded = DataParallelPPOActor(actor_config(), model)
+    packed = DataParallelPPOActor(actor_config(use_remove_padding=True), model)
+    data = log_prob_meta(rollout_batch(), micro_batch_size=3)
+    lp_a, ent_a = padded.compute_log_prob(data, calculate_entropy=True)
+    lp_b, ent_b = packed.compute_log_prob(data, calculate_entropy=True)
+    m = response_mask(data)
+    torch.testing.assert_close(lp_a[m], lp_b[m], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent_a[m], ent_b[m], rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_bsz_equals_fixed_bsz():
+    model = tiny_lm()
+    actor = DataParallelPPOActor(actor_config(), model)
+    fixed, _ = actor.compute_log_prob(log_prob_meta(rollout_batch(), micro_batch_size=2))
+    # A budget of one padded sequence forces several, reordered micro batches.
+    dyn_data = log_prob_meta(rollout_batch(), use_dynamic_bsz=True, max_token_len=P + T)
+    dynamic, _ = actor.compute_log_prob(dyn_data)
+    m = response_mask(dyn_data)
+    torch.testing.assert_close(fixed[m], dynamic[m], rtol=1e-5, atol=1e-5)
+
+
+def _one_update(config, seed=0, data=None):
+    model = tiny_lm(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    actor = DataParallelPPOActor(config, model, opt)
+    data = rollout_batch() if data is None else data
+    metrics = actor.update_policy(data)
+    return model, metrics
+
+
+def test_update_policy_changes_params_and_reports_verl_metrics():
+    cfg = actor_config(entropy_coeff=0.01, use_kl_loss=True, ppo_mini_batch_size=3, ppo_epochs=2)
+    before = tiny_lm()
+    model, metrics = _one_update(cfg)
+    expected = {
+        "actor/pg_loss",
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "actor/pg_clipfrac_lower",
+        "actor/entropy",
+        "actor/kl_loss",
+        "actor/kl_coef",
+        "actor/grad_norm",
+    }
+    assert set(metrics) == expected
+    # 2 epochs x 2 mini batches = 4 optimizer steps; 2 micro batches (of 2 and 1 rows) per mini batch.
+    assert len(metrics["actor/grad_norm"]) == 4
+    assert len(metrics["actor/pg_loss"]) == 8
+    for values in metrics.values():
+        assert all(torch.isfinite(torch.tensor(v)) for v in values)
+    assert metrics["actor/kl_coef"][0] == pytest.approx(0.001)
+    changed = [not torch.equal(a, b) for a, b in zip(model.parameters(), before.parameters())]
+    assert all(changed)
+
+
+def _grads_after_update(config, data):
+    """The parameter change of one SGD(lr=1) step, i.e. minus the (clipped) gradient."""
+    model, _ = _one_update(config, data=data)
+    ref = tiny_lm()
+    return [a.detach() - b.detach() for a, b in zip(model.parameters(), ref.parameters())]
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"ppo_micro_batch_size_per_gpu": 2},
+        {"ppo_micro_batch_size_per_gpu": 3, "use_remove_padding": True},
+        {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": P + T},
+    ],
+)
+def test_micro_batching_does_not_change_the_update(variant):
+    # seq-mean-token-mean is a mean of per-sequence terms, so accumulation over micro batches (scaled by
+    # 1/grad_accum, or by micro/mini size with dynamic batches) must equal one micro batch holding everything.
+    base = dict(loss_agg_mode="seq-mean-token-mean", grad_clip=1e6)
+    whole = _grads_after_update(actor_config(ppo_micro_batch_size_per_gpu=6, **base), rollout_batch())
+    split = _grads_after_update(actor_config(**base, **variant), rollout_batch())
+    for a, b in zip(whole, split):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_non_finite_grad_norm_skips_the_step(caplog):
+    data = rollout_batch()
+    data.batch["advantages"][0, 0] = float("nan")
+    with caplog.at_level(logging.WARNING):
+        model, metrics = _one_update(actor_config(), data=data)
+    assert "not finite" in caplog.text
+    assert not all(torch.isfinite(torch.tensor(metrics["actor/grad_norm"])))
+    for a, b in zip(model.parameters(), tiny_lm().parameters()):
+        assert torch.equal(a, b)
+
+
+def test_update_policy_requires_temperature_and_optimizer():
+    data = rollout_batch()
+    del data.meta_info["temperature"]
+    model = tiny_lm()
+    with pytest.raises(KeyError, match="temperature"):
+        DataParallelPPOActor(actor_config(), model, torch.optim.SGD(model.parameters(), lr=0.1)).update_policy(data)
+    with pytest.raises(RuntimeError, match="reference policy"):
+        DataParallelPPOActor(actor_config(), model).update_policy(rollout_batch())
+
+
+def test_reference_actor_is_a_copy_that_does_not_train():
+    model = tiny_lm()
+    ref = DataParallelPPOActor(actor_config(), copy.deepcopy(model))
+    lp, ent = ref.compute_log_prob(log_prob_meta(rollout_batch()))
+    assert ent is None and lp.shape == (B, T)

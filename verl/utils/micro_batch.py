@@ -1,0 +1,187 @@
+"""Micro-batching and sequence packing shared by the data-parallel actor, critic and reward model.
+
+Packing ("remove padding") concatenates the valid tokens of every row into one ``(1, total_tokens)`` row whose
+position ids restart at 0 for each sequence; attention must then stay inside each sequence. Recent transformers
+releases derive that block-diagonal mask from the restarting position ids themselves (flash-attention varlen on
+GPU, a packed-sequence mask for sdpa/eager); for older releases an explicit 4-D block-diagonal causal mask is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from verl.protocol import DataProto
+from verl.utils.device import get_device_id, get_device_name, is_accelerator_available
+from verl.utils.fsdp_utils import clip_grad_norm_
+from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
+
+try:  # transformers >= 4.53 detects packed sequences from position ids for every attention implementation
+    from transformers.masking_utils import find_packed_sequence_indices as _hf_packed_detection
+except ImportError:  # pragma: no cover - depends on the installed transformers
+    _hf_packed_detection = None
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "append_metrics",
+    "autocast_context",
+    "compute_device",
+    "optimizer_step",
+    "make_micro_batches",
+    "pack_padded_inputs",
+    "packed_forward_kwargs",
+    "restore_order",
+    "to_device",
+    "to_float",
+    "unpack_to_padded",
+]
+
+
+def make_micro_batches(
+    data: DataProto,
+    select_keys: list[str],
+    micro_batch_size: int | None,
+    use_dynamic_bsz: bool,
+    max_token_len: int | None = None,
+) -> tuple[list[dict], list[list[int]] | None]:
+    """Split ``data`` into micro batches (dicts of tensors, plus ``multi_modal_inputs`` when present).
+
+    Static: consecutive chunks of ``micro_batch_size`` rows. Dynamic: token-budget micro batches of at most
+    ``max_token_len`` valid tokens (``rearrange_micro_batches``); the second return value then lists each micro
+    batch's row indices so the caller can restore the order with :func:`restore_order`, else it is None.
+    """
+    batch = data.select(batch_keys=select_keys).batch
+    if use_dynamic_bsz:
+        if max_token_len is None:
+            raise ValueError("use_dynamic_bsz=True needs max_token_len (the *_max_token_len_per_gpu setting)")
+        tds, partitions = rearrange_micro_batches(batch=batch, max_token_len=max_token_len)
+    else:
+        if not micro_batch_size or micro_batch_size <= 0:
+            raise ValueError(
+                f"micro_batch_size={micro_batch_size!r}: expected a positive int (*_micro_batch_size_per_gpu)"
+            )
+        tds = batch.split(micro_batch_size)
+        starts = range(0, len(data), micro_batch_size)
+        partitions = [list(range(s, min(s + micro_batch_size, len(data)))) for s in starts]
+    micro_batches = [dict(td.items()) for td in tds]
+    mm = data.non_tensor_batch.get("multi_modal_inputs") if data.non_tensor_batch else None
+    if mm is not None:
+        for mb, rows in zip(micro_batches, partitions):
+            mb["multi_modal_inputs"] = mm[np.asarray(rows, dtype=np.int64)]
+    return micro_batches, (partitions if use_dynamic_bsz else None)
+
+
+def restore_order(tensor: torch.Tensor, partitions: list[list[int]] | None) -> torch.Tensor:
+    """Undo the dynamic-batching permutation of a concatenated result (identity when ``partitions`` is None)."""
+    if partitions is None:
+        return tensor
+    order = list(itertools.chain.from_iterable(partitions))
+    return tensor[torch.tensor(get_reverse_idx(order), dtype=torch.long, device=tensor.device)]
+
+
+def to_device(micro_batch: dict, device) -> dict:
+    """Move the tensors of a micro batch to ``device`` (non-tensors untouched)."""
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in micro_batch.items()}
+
+
+def merge_multi_modal_inputs(micro_batch: dict) -> dict:
+    """Concatenate the per-row ``multi_modal_inputs`` dicts along dim 0 into model kwargs ({} when absent)."""
+    rows = micro_batch.get("multi_modal_inputs")
+    if rows is None or len(rows) == 0:
+        return {}
+    merged = {}
+    for key in rows[0].keys():
+        merged[key] = torch.cat([row[key] for row in rows], dim=0)
+    return merged
+
+
+def pack_padded_inputs(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Keep the valid tokens of each row, concatenated row after row.
+
+    input_ids, attention_mask ``(bs, seqlen)``; position_ids ``(bs, seqlen)`` or mrope ``(bs, 3, seqlen)``.
+    Returns ``input_ids_rmpad (1, nnz)``, ``position_ids_rmpad (1, nnz)`` (or ``(3, 1, nnz)``) and the boolean
+    ``valid`` mask ``(bs, seqlen)`` for :func:`unpack_to_padded`.
+    """
+    valid = attention_mask.bool()
+    ids = input_ids[valid].unsqueeze(0)
+    if position_ids.dim() == 3:
+        pos = position_ids.transpose(0, 1)[:, valid].unsqueeze(1)
+    else:
+        pos = position_ids[valid].unsqueeze(0)
+    return ids, pos, valid
+
+
+def unpack_to_padded(values: torch.Tensor, valid: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+    """Scatter packed per-token values ``(nnz, ...)`` back to ``(bs, seqlen, ...)`` (padding gets ``fill``)."""
+    out = values.new_full((*valid.shape, *values.shape[1:]), fill)
+    out[valid] = values  # index_put keeps the autograd graph to ``values``
+    return out
+
+
+def _block_causal_mask(position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive ``(1, 1, nnz, nnz)`` mask: causal inside each packed sequence, -inf across sequences."""
+    pos = position_ids.reshape(-1)
+    seq_id = torch.cumsum((pos == 0).long(), dim=0)
+    idx = torch.arange(pos.numel(), device=pos.device)
+    allowed = (seq_id[:, None] == seq_id[None, :]) & (idx[:, None] >= idx[None, :])
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=pos.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def packed_forward_kwargs(module: torch.nn.Module, position_ids_rmpad: torch.Tensor, dtype: torch.dtype) -> dict:
+    """Model kwargs for a packed forward: ``attention_mask=None`` (the model isolates sequences by position ids)
+    or, with a transformers release that cannot, an explicit block-diagonal mask for eager/sdpa attention."""
+    kwargs = {"position_ids": position_ids_rmpad, "attention_mask": None, "use_cache": False}
+    config = getattr(module, "config", None)
+    impl = getattr(config, "_attn_implementation", None)
+    if _hf_packed_detection is None and impl not in ("flash_attention_2", "flash_attention_3"):
+        pos = position_ids_rmpad[0] if position_ids_rmpad.dim() == 3 else position_ids_rmpad
+        kwargs["attention_mask"] = _block_causal_mask(pos, dtype)
+    return kwargs
+
+
+def compute_device() -> torch.device:
+    """The device micro batches are moved to (``cpu`` on a CPU-only machine)."""
+    if not is_accelerator_available():
+        return torch.device("cpu")
+    return torch.device(get_device_name(), get_device_id())
+
+
+def autocast_context():
+    """bf16 autocast on accelerators, as verl; none on CPU, where bf16 is emulated (the model dtype decides)."""
+    if not is_accelerator_available():
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=get_device_name(), dtype=torch.bfloat16)
+
+
+def optimizer_step(module: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float | None) -> torch.Tensor:
+    """Clip the global grad norm to ``grad_clip`` and step; a non-finite norm skips the step (grads are dropped)."""
+    if grad_clip is None:
+        raise ValueError("grad_clip is None: set actor.grad_clip / critic.grad_clip (verl's default is 1.0)")
+    grad_norm = clip_grad_norm_(module, max_norm=grad_clip)
+    if not torch.isfinite(grad_norm):
+        logger.warning("grad_norm is not finite (%s): skipping this optimizer step", grad_norm.item())
+        optimizer.zero_grad()
+    else:
+        optimizer.step()
+    return grad_norm
+
+
+def append_metrics(metrics: dict[str, list], new: dict[str, float]) -> None:
+    """Append each value of ``new`` to the list under the same key in ``metrics``."""
+    for key, value in new.items():
+        metrics.setdefault(key, []).append(value)
+
+
+def to_float(x) -> float:
+    """A python float from a 0-d tensor or a number."""
+    return x.detach().item() if isinstance(x, torch.Tensor) else float(x)

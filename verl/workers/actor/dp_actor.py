@@ -1,0 +1,250 @@
+"""Data-parallel PPO actor: log-prob recomputation and the clipped policy-gradient update on one (FSDP) model."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn as nn
+from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss, get_policy_loss_fn, kl_penalty
+
+import verl.utils.torch_functional as verl_F
+from verl.protocol import DataProto
+from verl.utils.micro_batch import (
+    append_metrics,
+    autocast_context,
+    compute_device,
+    make_micro_batches,
+    merge_multi_modal_inputs,
+    optimizer_step,
+    pack_padded_inputs,
+    packed_forward_kwargs,
+    restore_order,
+    to_device,
+    to_float,
+    unpack_to_padded,
+)
+from verl.workers.actor.base import BasePPOActor
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DataParallelPPOActor"]
+
+
+class DataParallelPPOActor(BasePPOActor):
+    """PPO actor over one data-parallel shard; the reference policy when ``actor_optimizer`` is None.
+
+    ``config`` is ``actor_rollout_ref.actor`` (or ``.ref``) after the worker's batch-size normalisation (per-GPU
+    ``ppo_mini_batch_size`` in samples). ``actor_module`` is an HF causal LM, plain, FSDP1 or FSDP2-sharded.
+    """
+
+    def __init__(self, config, actor_module: nn.Module, actor_optimizer: torch.optim.Optimizer | None = None):
+        super().__init__(config)
+        self.actor_module = actor_module
+        self.actor_optimizer = actor_optimizer
+        self.use_remove_padding = config.get("use_remove_padding", False)
+        self.use_fused_kernels = config.get("use_fused_kernels", False)
+        self.ulysses_sequence_parallel_size = config.get("ulysses_sequence_parallel_size", 1)
+        if self.ulysses_sequence_parallel_size > 1:
+            raise NotImplementedError(
+                f"ulysses_sequence_parallel_size={self.ulysses_sequence_parallel_size}: sequence parallelism is not "
+                "implemented in this actor yet; use 1"
+            )
+        if self.use_fused_kernels:
+            # The fused head only saves memory; the unfused path computes the same numbers.
+            logger.warning("use_fused_kernels=True is not implemented; computing log-probs from full logits")
+        if config.get("entropy_from_logits_with_chunking", False):
+            self._entropy_fn = verl_F.entropy_from_logits_with_chunking
+        else:
+            self._entropy_fn = verl_F.entropy_from_logits
+        self.device = compute_device()
+
+    # --------------------------------------------------------------------------------------------------------
+    def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.config.get("entropy_checkpointing", False) and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False)
+        return self._entropy_fn(logits)
+
+    def _forward_micro_batch(
+        self, micro_batch: dict, temperature: float, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Per-token entropy (or None) and log-probs of ``responses``, both ``(b, response_length)``.
+
+        micro_batch: ``input_ids``, ``attention_mask``, ``position_ids`` ``(b, seqlen)`` (mrope ``(b, 3, seqlen)``),
+        ``responses`` ``(b, response_length)``, optional ``multi_modal_inputs``. Logits are divided by
+        ``temperature`` before the softmax, as when sampling.
+        """
+        responses = micro_batch["responses"]
+        response_length = responses.size(-1)
+        input_ids = micro_batch["input_ids"]
+        attention_mask = micro_batch["attention_mask"]
+        position_ids = micro_batch["position_ids"]
+        mm_kwargs = merge_multi_modal_inputs(micro_batch)
+        entropy = None
+        with autocast_context():
+            if self.use_remove_padding:
+                ids_rmpad, pos_rmpad, valid = pack_padded_inputs(input_ids, attention_mask, position_ids)
+                dtype = next(self.actor_module.parameters()).dtype
+                kwargs = packed_forward_kwargs(self.actor_module, pos_rmpad, dtype)
+                logits = self.actor_module(input_ids=ids_rmpad, **kwargs, **mm_kwargs).logits.squeeze(0)
+                logits.div_(temperature)
+                # The logit at packed position k predicts token k+1; at a sequence's last token that label is the
+                # next sequence's first token, which lands on a padded response slot and is masked later.
+                labels = torch.roll(ids_rmpad.squeeze(0), shifts=-1, dims=0)
+                log_probs = unpack_to_padded(verl_F.logprobs_from_logits(logits, labels), valid)
+                log_probs = log_probs[:, -response_length - 1 : -1]
+                if calculate_entropy:
+                    entropy = unpack_to_padded(self._entropy(logits), valid)[:, -response_length - 1 : -1]
+            else:
+                output = self.actor_module(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    use_cache=False,
+                    **mm_kwargs,
+                )
+                logits = output.logits
+                logits.div_(temperature)
+                logits = logits[:, -response_length - 1 : -1, :]  # the positions that predict each response token
+                log_probs = verl_F.logprobs_from_logits(logits, responses)
+                if calculate_entropy:
+                    entropy = self._entropy(logits)
+        return entropy, log_probs
+
+    def _optimizer_step(self) -> torch.Tensor:
+        """Clip gradients to ``grad_clip`` and step the optimizer (skipped when the norm is not finite)."""
+        return optimizer_step(self.actor_module, self.actor_optimizer, self.config.get("grad_clip", 1.0))
+
+    # --------------------------------------------------------------------------------------------------------
+    def compute_log_prob(
+        self, data: DataProto, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of ``responses`` under the current weights, no grad; each ``(bs, T)``.
+
+        meta_info: ``micro_batch_size``, ``temperature``, ``use_dynamic_bsz``, ``max_token_len`` (dynamic only).
+        Returns a tuple (verl's base class documents a tensor; the worker unpacks a tuple).
+        """
+        self.actor_module.eval()
+        meta = data.meta_info
+        use_dynamic_bsz = meta.get("use_dynamic_bsz", False)
+        max_token_len = meta.get("max_token_len")
+        if use_dynamic_bsz and max_token_len is not None:
+            max_token_len = max_token_len * self.ulysses_sequence_parallel_size
+        select_keys = ["responses", "input_ids", "attention_mask", "position_ids"]
+        micro_batches, partitions = make_micro_batches(
+            data, select_keys, meta.get("micro_batch_size"), use_dynamic_bsz, max_token_len
+        )
+        temperature = meta["temperature"]
+        log_probs_list, entropy_list = [], []
+        for micro_batch in micro_batches:
+            with torch.no_grad():
+                entropy, log_probs = self._forward_micro_batch(
+                    to_device(micro_batch, self.device), temperature=temperature, calculate_entropy=calculate_entropy
+                )
+            log_probs_list.append(log_probs)
+            if calculate_entropy:
+                entropy_list.append(entropy)
+        log_probs = restore_order(torch.cat(log_probs_list, dim=0), partitions)
+        entropys = restore_order(torch.cat(entropy_list, dim=0), partitions) if calculate_entropy else None
+        return log_probs, entropys
+
+    def update_policy(self, data: DataProto) -> dict[str, list]:
+        """PPO update over ``ppo_epochs`` x mini batches, one optimizer step per mini batch; returns metric lists.
+
+        batch: ``responses, input_ids, attention_mask, position_ids, old_log_probs, advantages`` (+ ``ref_log_prob``
+        with ``use_kl_loss``, + ``loss_mask`` when ``meta_info["multi_turn"]``). meta_info: ``temperature``
+        (required: KeyError otherwise, so a log-prob/update temperature mismatch cannot pass silently).
+        """
+        if self.actor_optimizer is None:
+            raise RuntimeError("update_policy needs an optimizer: this actor was built as a reference policy")
+        self.actor_module.train()
+        cfg = self.config
+        temperature = data.meta_info["temperature"]
+        multi_turn = data.meta_info.get("multi_turn", False)
+        use_kl_loss = cfg.get("use_kl_loss", False)
+        select_keys = ["responses", "input_ids", "attention_mask", "position_ids", "old_log_probs", "advantages"]
+        if multi_turn:
+            select_keys.append("loss_mask")
+        if use_kl_loss:
+            select_keys.append("ref_log_prob")
+        keep_non_tensor = ["multi_modal_inputs"] if "multi_modal_inputs" in data.non_tensor_batch else []
+        data = data.select(batch_keys=select_keys, non_tensor_batch_keys=keep_non_tensor)
+
+        mini_batch_size = cfg.ppo_mini_batch_size
+        use_dynamic_bsz = cfg.get("use_dynamic_bsz", False)
+        micro_batch_size = cfg.get("ppo_micro_batch_size_per_gpu")
+        max_token_len = cfg.get("ppo_max_token_len_per_gpu", 16384) * self.ulysses_sequence_parallel_size
+        entropy_coeff = cfg.get("entropy_coeff", 0.0)
+        loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
+        policy_loss_cfg = cfg.get("policy_loss", None)
+        loss_mode = policy_loss_cfg.get("loss_mode", "vanilla") if policy_loss_cfg is not None else "vanilla"
+        clip_ratio = cfg.get("clip_ratio", 0.2)
+
+        metrics: dict[str, list] = {}
+        for _ in range(cfg.get("ppo_epochs", 1)):
+            for mini_batch in data.split(mini_batch_size):
+                micro_batches, _ = make_micro_batches(
+                    mini_batch, select_keys, micro_batch_size, use_dynamic_bsz, max_token_len
+                )
+                if not use_dynamic_bsz:
+                    self.gradient_accumulation = mini_batch_size // micro_batch_size
+                self.actor_optimizer.zero_grad()
+                for micro_batch in micro_batches:
+                    micro_batch = to_device(micro_batch, self.device)
+                    response_length = micro_batch["responses"].size(-1)
+                    if multi_turn:
+                        response_mask = micro_batch["loss_mask"][:, -response_length:]
+                    else:
+                        response_mask = micro_batch["attention_mask"][:, -response_length:]
+                    old_log_prob = micro_batch["old_log_probs"]
+                    advantages = micro_batch["advantages"]
+                    calculate_entropy = entropy_coeff != 0
+                    entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
+
+                    if loss_mode == "vanilla":
+                        pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = compute_policy_loss(
+                            old_log_prob=old_log_prob,
+                            log_prob=log_prob,
+                            advantages=advantages,
+                            response_mask=response_mask,
+                            cliprange=clip_ratio,
+                            cliprange_low=cfg.get("clip_ratio_low", clip_ratio),
+                            cliprange_high=cfg.get("clip_ratio_high", clip_ratio),
+                            clip_ratio_c=cfg.get("clip_ratio_c", 3.0),
+                            loss_agg_mode=loss_agg_mode,
+                        )
+                    else:
+                        policy_loss_fn = get_policy_loss_fn(loss_mode)
+                        pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(
+                            old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, cfg
+                        )
+                    step_metrics = {
+                        "actor/pg_loss": to_float(pg_loss),
+                        "actor/pg_clipfrac": to_float(pg_clipfrac),
+                        "actor/ppo_kl": to_float(ppo_kl),
+                        "actor/pg_clipfrac_lower": to_float(pg_clipfrac_lower),
+                    }
+                    policy_loss = pg_loss
+                    if calculate_entropy:
+                        entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+                        policy_loss = policy_loss - entropy_coeff * entropy_loss
+                        step_metrics["actor/entropy"] = to_float(entropy_loss)
+                    if use_kl_loss:
+                        kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], cfg.get("kl_loss_type", "low_var_kl"))
+                        kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+                        kl_coef = cfg.get("kl_loss_coef", 0.001)
+                        policy_loss = policy_loss + kl_coef * kl_loss
+                        step_metrics["actor/kl_loss"] = to_float(kl_loss)
+                        step_metrics["actor/kl_coef"] = kl_coef
+
+                    if use_dynamic_bsz:
+                        # Micro batches differ in size: weight each by its share of the mini batch.
+                        loss = policy_loss * (response_mask.shape[0] / mini_batch_size)
+                    else:
+                        loss = policy_loss / self.gradient_accumulation
+                    loss.backward()
+                    append_metrics(metrics, step_metrics)
+                grad_norm = self._optimizer_step()
+                append_metrics(metrics, {"actor/grad_norm": to_float(grad_norm)})
+        self.actor_optimizer.zero_grad()
+        return metrics

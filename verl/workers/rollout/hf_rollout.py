@@ -1,0 +1,148 @@
+"""Rollout with HuggingFace ``generate`` on the training module itself (no separate inference engine)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn as nn
+from tensordict import TensorDict
+from transformers import GenerationConfig
+
+from verl.protocol import DataProto
+from verl.utils.device import get_torch_device, is_accelerator_available
+from verl.utils.fsdp_utils import fsdp_version
+from verl.utils.micro_batch import autocast_context
+from verl.utils.torch_functional import get_response_mask
+from verl.workers.rollout.base import BaseRollout
+
+__all__ = ["HFRollout", "build_rollout_output"]
+
+
+def build_rollout_output(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    prompt_pos: torch.Tensor,
+    responses: torch.Tensor,
+    eos_token_id,
+) -> TensorDict:
+    """Assemble verl's rollout batch from (already repeated) prompts and right-padded responses.
+
+    prompt_* ``(b, P)`` left-padded; responses ``(b, T)``. The response mask is 1 through the first EOS; response
+    position ids continue from the last prompt position (also past EOS). Returns a TensorDict with ``prompts``,
+    ``responses`` ``(b, T)`` and ``input_ids``, ``attention_mask``, ``position_ids`` ``(b, P+T)``.
+    """
+    batch_size, response_length = responses.shape
+    delta = torch.arange(1, response_length + 1, device=prompt_pos.device, dtype=prompt_pos.dtype)
+    response_pos = prompt_pos[:, -1:] + delta.unsqueeze(0)
+    response_mask = get_response_mask(responses, eos_token=eos_token_id, dtype=prompt_mask.dtype)
+    return TensorDict(
+        {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+            "attention_mask": torch.cat([prompt_mask, response_mask], dim=-1),
+            "position_ids": torch.cat([prompt_pos, response_pos], dim=-1),
+        },
+        batch_size=batch_size,
+    )
+
+
+class HFRollout(BaseRollout):
+    """Sample responses with ``module.generate``; ``config`` is the ``actor_rollout_ref.rollout`` section.
+
+    Output per prompt batch ``B``: ``B * n`` rows when sampling (sample ``j`` of prompt ``i`` at row ``i*n + j``),
+    ``B`` rows when greedy (``do_sample=False``) or validating (the trainer repeats by ``val_kwargs.n`` itself).
+    """
+
+    def __init__(self, module: nn.Module, config):
+        super().__init__()
+        self.config = config
+        self.module = module
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate for left-padded ``input_ids``/``attention_mask``/``position_ids`` ``(B, P)``; tensors only.
+
+        meta_info: ``eos_token_id``, ``pad_token_id`` (required); ``do_sample``, ``validate`` and overrides of
+        ``temperature``, ``response_length``, ``top_p``, ``top_k``.
+        """
+        batch_size = len(prompts)
+        micro = self.config.get("micro_batch_size", None) or batch_size
+        outputs = [self._generate_minibatch(prompts[i : i + micro]) for i in range(0, batch_size, micro)]
+        return DataProto.concat(outputs)
+
+    def _generation_kwargs(self, meta: dict) -> dict:
+        cfg = self.config
+        do_sample = meta.get("do_sample", cfg.get("do_sample", True))
+        if meta.get("validate", False) and do_sample:
+            val = cfg.get("val_kwargs", {}) or {}
+            temperature, top_p, top_k, n = val.get("temperature", 0), val.get("top_p", 1.0), val.get("top_k", -1), 1
+        else:
+            temperature = meta.get("temperature", cfg.get("temperature", 1.0))
+            top_p = meta.get("top_p", cfg.get("top_p", 1.0))
+            top_k = meta.get("top_k", cfg.get("top_k", 0))
+            n = cfg.get("n", 1)
+        if not do_sample or temperature <= 0:
+            # temperature 0 means greedy in verl's configs; HF rejects it as a sampling temperature.
+            return {"do_sample": False, "num_beams": 1, "num_return_sequences": 1}
+        return {
+            "do_sample": True,
+            "num_beams": 1,
+            "temperature": float(temperature),
+            "top_p": float(top_p),
+            "top_k": max(0, int(top_k)),  # verl's -1 ("off") is HF's 0
+            "num_return_sequences": int(n),
+        }
+
+    @torch.no_grad()
+    def _generate_minibatch(self, prompts: DataProto) -> DataProto:
+        meta = prompts.meta_info
+        for key in ("eos_token_id", "pad_token_id"):
+            if key not in meta:
+                raise KeyError(f"prompts.meta_info[{key!r}] is required by HFRollout (the worker sets it)")
+        eos_token_id, pad_token_id = meta["eos_token_id"], meta["pad_token_id"]
+        response_length = meta.get("response_length", self.config.response_length)
+        gen_kwargs = self._generation_kwargs(meta)
+        num_return = gen_kwargs["num_return_sequences"]
+
+        idx = prompts.batch["input_ids"]
+        attention_mask = prompts.batch["attention_mask"]
+        position_ids = prompts.batch["position_ids"]
+        device = next(self.module.parameters()).device
+        # Padding-side handling is ours (left-padded prompts), so the model's generation defaults stay out of it.
+        generation_config = GenerationConfig(
+            max_new_tokens=response_length,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            use_cache=True,
+            **gen_kwargs,
+        )
+        was_training = self.module.training
+        self.module.eval()
+        param_ctx = contextlib.nullcontext()
+        if fsdp_version(self.module) == 1:
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            param_ctx = FSDP.summon_full_params(self.module, writeback=False, recurse=False)
+        with param_ctx, autocast_context():
+            output = self.module.generate(
+                input_ids=idx.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=generation_config,
+                return_dict_in_generate=True,
+            )
+        seq = output.sequences.to(idx.device)
+        prompt_length = idx.size(1)
+        responses = seq[:, prompt_length:]
+        if responses.size(1) < response_length:  # every row stopped early
+            pad = responses.new_full((responses.size(0), response_length - responses.size(1)), pad_token_id)
+            responses = torch.cat([responses, pad], dim=1)
+        if num_return > 1:
+            attention_mask = attention_mask.repeat_interleave(num_return, dim=0)
+            position_ids = position_ids.repeat_interleave(num_return, dim=0)
+        batch = build_rollout_output(seq[:, :prompt_length], attention_mask, position_ids, responses, eos_token_id)
+        if is_accelerator_available():
+            get_torch_device().empty_cache()
+        if was_training:
+            self.module.train()
+        return DataProto(batch=batch)
