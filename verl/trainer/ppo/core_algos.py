@@ -1,0 +1,698 @@
+"""PPO-family algorithm core: advantage estimators, KL penalties and controllers, policy/value/entropy losses.
+
+Every advantage estimator works on the whole batch at once: group statistics (GRPO, RLOO, OPO, ...) are
+computed with ``index_add``/``bincount`` over integer group ids derived once from the ``uid`` strings, and
+the token-wise recursions loop over the response length only (never over samples).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import torch
+
+import verl.utils.torch_functional as verl_F
+
+__all__ = ["register_adv_est", "get_adv_estimator_fn", "AdvantageEstimator"]
+
+
+def _cfg_get(config: Any, key: str, default: Any = None) -> Any:
+    """Read ``key`` from a dict, DictConfig or dataclass-like config; ``default`` when absent or None."""
+    if config is None:
+        return default
+    value = config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
+    return default if value is None else value
+
+
+# ==========================================================================================================
+# KL controllers and estimators
+# ==========================================================================================================
+class AdaptiveKLController:
+    """Adaptive KL coefficient (Ziegler et al. 2019): moves ``value`` towards ``target_kl`` over ``horizon``."""
+
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int):
+        self.value = init_kl_coef
+        self.target = target_kl
+        self.horizon = horizon
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """Scale ``value`` by ``1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``."""
+        proportional_error = np.clip(current_kl / self.target - 1, -0.2, 0.2)
+        self.value *= 1 + proportional_error * n_steps / self.horizon
+
+
+class FixedKLController:
+    """Constant KL coefficient."""
+
+    def __init__(self, kl_coef: float):
+        self.value = kl_coef
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """No-op: the coefficient never changes."""
+
+
+def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
+    """Build the controller named by ``kl_ctrl.type`` (``fixed`` or ``adaptive``) from ``algorithm.kl_ctrl``."""
+    kind = _cfg_get(kl_ctrl, "type")
+    if kind == "fixed":
+        return FixedKLController(kl_coef=_cfg_get(kl_ctrl, "kl_coef"))
+    if kind == "adaptive":
+        horizon = _cfg_get(kl_ctrl, "horizon")
+        assert horizon > 0, f"algorithm.kl_ctrl.horizon must be > 0, got {horizon}"
+        return AdaptiveKLController(_cfg_get(kl_ctrl, "kl_coef"), _cfg_get(kl_ctrl, "target_kl"), horizon)
+    raise NotImplementedError(f"Unknown algorithm.kl_ctrl.type {kind!r}; expected 'fixed' or 'adaptive'")
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+    """Per-token KL estimate of KL(pi || ref). logprob, ref_logprob: ``(bs, response_length)``.
+
+    ``kl``/``k1``: d; ``abs``: |d|; ``mse``/``k2``: d^2/2; ``low_var_kl``/``k3``: exp(-d) + d - 1 (clamped),
+    with ``d = logprob - ref_logprob``. A trailing ``+`` (e.g. ``k3+``) keeps that value but takes the
+    gradient of ``k2`` (straight-through), which is unbiased for the KL gradient.
+    """
+    if kl_penalty.endswith("+"):
+        forward = kl_penalty_forward(logprob, ref_logprob, kl_penalty[:-1])
+        backward = 0.5 * (logprob - ref_logprob).square()
+        return backward - backward.detach() + forward.detach()
+    return kl_penalty_forward(logprob, ref_logprob, kl_penalty)
+
+
+def kl_penalty_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+    """The KL estimators of :func:`kl_penalty` without the straight-through variants."""
+    if kl_penalty in ("kl", "k1"):
+        return logprob - ref_logprob
+    if kl_penalty == "abs":
+        return (logprob - ref_logprob).abs()
+    if kl_penalty in ("mse", "k2"):
+        return 0.5 * (logprob - ref_logprob).square()
+    if kl_penalty in ("low_var_kl", "k3"):
+        # J. Schulman's k3 estimator; the clamps keep exp() finite for far-apart policies
+        kl = torch.clamp(ref_logprob - logprob, min=-20, max=20)
+        return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
+    if kl_penalty == "full":
+        raise NotImplementedError("kl_penalty='full' needs full-vocabulary log-probs and is not implemented")
+    raise NotImplementedError(
+        f"Unknown kl_penalty {kl_penalty!r}; expected one of kl/k1, abs, mse/k2, low_var_kl/k3 (optionally with '+')"
+    )
+
+
+def compute_rewards(
+    token_level_scores: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_ratio: float
+) -> torch.Tensor:
+    """Legacy in-reward KL: ``scores - (old - ref) * kl_ratio``. All ``(bs, response_length)``."""
+    return token_level_scores - (old_log_prob - ref_log_prob) * kl_ratio
+
+
+# ==========================================================================================================
+# advantage-estimator registry
+# ==========================================================================================================
+class AdvantageEstimator(str, Enum):
+    """Names of the built-in advantage estimators (``algorithm.adv_estimator``)."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    RLOO = "rloo"
+    OPO = "opo"
+    GRPO_PASSK = "grpo_passk"
+
+
+ADV_ESTIMATOR_REGISTRY: dict[str, Callable] = {}
+
+
+def _estimator_name(name_or_enum: str | Enum) -> str:
+    return name_or_enum.value if isinstance(name_or_enum, Enum) else name_or_enum
+
+
+def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[Callable], Callable]:
+    """Decorator registering an advantage estimator under a name (or an enum's value)."""
+
+    def decorator(fn: Callable) -> Callable:
+        name = _estimator_name(name_or_enum)
+        # ADV_ESTIMATOR_REGISTRY is looked up at call time so tests may swap the module-level dict
+        if name in ADV_ESTIMATOR_REGISTRY and ADV_ESTIMATOR_REGISTRY[name] != fn:
+            raise ValueError(
+                f"Advantage estimator {name!r} is already registered to {ADV_ESTIMATOR_REGISTRY[name]}, not {fn}"
+            )
+        ADV_ESTIMATOR_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> Callable:
+    """The estimator registered under ``name_or_enum`` (case-sensitive); ValueError if unknown."""
+    name = _estimator_name(name_or_enum)
+    if name not in ADV_ESTIMATOR_REGISTRY:
+        raise ValueError(f"Unknown advantage estimator simply: {name} (registered: {sorted(ADV_ESTIMATOR_REGISTRY)})")
+    return ADV_ESTIMATOR_REGISTRY[name]
+
+
+# ==========================================================================================================
+# whole-batch group statistics
+# ==========================================================================================================
+def _check_shapes(**tensors: torch.Tensor) -> None:
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"shape mismatch, all of these must be (bs, response_length): {shapes}")
+
+
+def _group_ids(index: Any, batch_size: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """Map per-row group keys (uid strings, ints, ...) to contiguous int ids ``(bs,)``; returns ids and #groups."""
+    index = np.asarray(index)
+    if index.ndim != 1 or len(index) != batch_size:
+        raise ValueError(f"index must have one group id per row: got shape {index.shape} for batch size {batch_size}")
+    if batch_size == 0:
+        raise ValueError("index is empty: an advantage estimator needs at least one group with one sample")
+    uniq, inverse = np.unique(index, return_inverse=True)
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long, device=device), len(uniq)
+
+
+class _Groups:
+    """Per-group count, mean and unbiased std of sequence scores ``(bs,)``, all computed in float64."""
+
+    def __init__(self, scores: torch.Tensor, index: Any):
+        self.ids, n_groups = _group_ids(index, scores.shape[0], scores.device)
+        s = scores.double()
+        self.count = torch.bincount(self.ids, minlength=n_groups).double()
+        self.mean = torch.zeros(n_groups, dtype=torch.float64, device=s.device).index_add_(0, self.ids, s) / self.count
+        sq = torch.zeros_like(self.mean).index_add_(0, self.ids, (s - self.mean[self.ids]).square())
+        self.std = torch.sqrt(sq / (self.count - 1).clamp(min=1))
+
+    def per_row(self, stat: torch.Tensor) -> torch.Tensor:
+        return stat[self.ids]
+
+
+def _outcome(per_seq: torch.Tensor, like: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Broadcast a per-sequence value ``(bs,)`` over the response tokens, zero at padding."""
+    return per_seq.to(like.dtype).unsqueeze(-1) * response_mask
+
+
+# ==========================================================================================================
+# advantage estimators
+# ==========================================================================================================
+@register_adv_est(AdvantageEstimator.GAE)
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float | torch.Tensor,
+    lam: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation; returns whitened ``advantages`` and ``returns = A + V``.
+
+    All tensors ``(bs, response_length)``. Positions with ``response_mask == 0`` (padding, or tool
+    observations in multi-turn) are skipped: the next value and running advantage carry through them.
+    """
+    _check_shapes(token_level_rewards=token_level_rewards, values=values, response_mask=response_mask)
+    with torch.no_grad():
+        # time-major copies make every step below a contiguous row operation
+        rewards_t, values_t, mask_t = token_level_rewards.T.contiguous(), values.T.contiguous(), response_mask.T
+        mask_t = mask_t.to(values.dtype).contiguous()
+        next_values = torch.zeros_like(values_t[0])
+        last_gae = torch.zeros_like(values_t[0])
+        adv_t = torch.empty_like(values_t)
+        for t in range(values_t.shape[0] - 1, -1, -1):
+            delta = rewards_t[t] + gamma * next_values - values_t[t]
+            gae = delta + gamma * lam * last_gae
+            m = mask_t[t]
+            next_values = values_t[t] * m + (1 - m) * next_values
+            last_gae = gae * m + (1 - m) * last_gae
+            adv_t[t] = last_gae
+        advantages = adv_t.T
+        returns = advantages + values
+        advantages = verl_F.masked_whiten(advantages, response_mask)
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.GRPO)
+def compute_grpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO: ``(s_i - mean_group) / (std_group + eps)``, or ``s_i - mean_group`` (Dr.GRPO) without std.
+
+    token_level_rewards, response_mask: ``(bs, response_length)``; index: ``(bs,)`` group ids (uids).
+    A group of one sample uses mean 0 and std 1. Returns ``(advantages, returns)``, the same tensor.
+    """
+    _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = _Groups(scores, index)
+        single = g.count == 1
+        mean = torch.where(single, torch.zeros_like(g.mean), g.mean)
+        std = torch.where(single, torch.ones_like(g.std), g.std)
+        adv = scores.double() - g.per_row(mean)
+        if norm_adv_by_std_in_grpo:
+            adv = adv / (g.per_row(std) + epsilon)
+        advantages = _outcome(adv, token_level_rewards, response_mask)
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.GRPO_PASSK)
+def compute_grpo_passk_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k GRPO: only each group's best sample gets ``r_max - r_second`` (over ``std + eps`` if normalising).
+
+    Needs ``config`` (reads ``norm_adv_by_std_in_grpo``) and groups of at least 2 samples.
+    Shapes as :func:`compute_grpo_outcome_advantage`.
+    """
+    assert config is not None, "grpo_passk needs the algorithm config (for norm_adv_by_std_in_grpo)"
+    _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    norm = _cfg_get(config, "norm_adv_by_std_in_grpo", True)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = _Groups(scores, index)
+        small = torch.nonzero(g.count < 2).flatten()
+        if len(small):
+            uids = np.unique(np.asarray(index))[small.cpu().numpy()]
+            raise ValueError(f"grpo_passk needs at least 2 samples per group; groups with fewer: {list(uids[:5])}")
+        s = scores.double()
+        n_groups, rows = g.count.shape[0], torch.arange(s.shape[0], device=s.device)
+        group_max = torch.full((n_groups,), -torch.inf, dtype=s.dtype, device=s.device)
+        group_max = group_max.scatter_reduce(0, g.ids, s, reduce="amax")
+        # exactly one winner per group: the first row reaching the maximum
+        at_max = torch.where(s == group_max[g.ids], rows, s.shape[0])
+        winner = torch.full((n_groups,), s.shape[0], device=s.device).scatter_reduce(0, g.ids, at_max, reduce="amin")
+        is_winner = rows == winner[g.ids]
+        second = torch.full_like(group_max, -torch.inf).scatter_reduce(
+            0, g.ids, torch.where(is_winner, -torch.inf, s), reduce="amax"
+        )
+        gap = group_max - second
+        if norm:
+            gap = gap / (g.std + epsilon)
+        adv = torch.where(is_winner, g.per_row(gap), torch.zeros_like(s))
+        advantages = _outcome(adv, token_level_rewards, response_mask)
+    return advantages, advantages
+
+
+def _discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``G_t = r_t + gamma * m_{t+1} * G_{t+1}`` (a zero mask cuts the chain), vectorised over the batch.
+
+    rewards, mask: ``(bs, T)``. Closed form: ``G_t = gamma^-t (S_t - S_e(t))`` with ``S_t = sum_{k>=t}
+    gamma^k r_k`` and ``e(t)`` the first position after ``t`` whose mask is 0. Falls back to a loop over
+    ``T`` when ``gamma^T`` would underflow float64.
+    """
+    bs, T = rewards.shape
+    r = rewards.double()
+    gamma = float(gamma)
+    if gamma <= 0 or (gamma < 1 and T * np.log10(1 / gamma) > 250):
+        running, out = torch.zeros(bs, dtype=r.dtype, device=r.device), torch.empty_like(r.T)
+        r_t, m_t = r.T.contiguous(), mask.T.to(r.dtype).contiguous()
+        for t in range(T - 1, -1, -1):
+            running = r_t[t] + gamma * running
+            out[t] = running
+            running = running * m_t[t]
+        return out.T.to(rewards.dtype)
+    pos = torch.arange(T, device=r.device, dtype=torch.float64)
+    scale = gamma**pos if gamma != 1.0 else torch.ones_like(pos)
+    suffix = torch.flip(torch.cumsum(torch.flip(r * scale, [-1]), -1), [-1])
+    suffix = torch.cat([suffix, torch.zeros(bs, 1, dtype=r.dtype, device=r.device)], dim=-1)  # S_T = 0
+    # e(t) = min{j > t : m_j == 0} (or T): reverse running minimum of "j where mask is 0 else T"
+    cut = torch.where(mask.bool(), torch.full_like(mask, T, dtype=torch.long), torch.arange(T, device=r.device))
+    cut = torch.cat([cut[:, 1:], torch.full((bs, 1), T, dtype=torch.long, device=r.device)], dim=-1)
+    first_cut = torch.flip(torch.cummin(torch.flip(cut, [-1]), -1).values, [-1])
+    out = (suffix[:, :T] - suffix.gather(1, first_cut)) / scale
+    return out.to(rewards.dtype)
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+def compute_reinforce_plus_plus_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config: Any = None, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted returns (``config.gamma``), advantages = batch-whitened returns.
+
+    token_level_rewards, response_mask: ``(bs, response_length)``. Returns ``(advantages, returns)``.
+    """
+    assert config is not None, "reinforce_plus_plus needs the algorithm config (for gamma)"
+    _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    gamma = _cfg_get(config, "gamma", 1.0)
+    with torch.no_grad():
+        returns = _discounted_returns(token_level_rewards, response_mask, gamma)
+        advantages = verl_F.masked_whiten(returns, response_mask) * response_mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group-mean baseline: ``s_i - mean_group`` over tokens, then batch-whitened.
+
+    token_level_rewards, response_mask: ``(bs, response_length)``; index: ``(bs,)`` group ids.
+    """
+    _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = _Groups(scores, index)
+        mean = torch.where(g.count == 1, torch.zeros_like(g.mean), g.mean)
+        adv = _outcome(scores.double() - g.per_row(mean), token_level_rewards, response_mask)
+        advantages = verl_F.masked_whiten(adv, response_mask) * response_mask
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.REMAX)
+def compute_remax_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    reward_baselines: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax: reward-to-go minus the greedy response's reward. rewards, mask ``(bs, T)``; baselines ``(bs,)``."""
+    _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    if reward_baselines.shape != token_level_rewards.shape[:1]:
+        raise ValueError(
+            f"reward_baselines must be (bs,) = {tuple(token_level_rewards.shape[:1])}, "
+            f"got {tuple(reward_baselines.shape)}"
+        )
+    with torch.no_grad():
+        returns = torch.flip(torch.cumsum(torch.flip(token_level_rewards * response_mask, [-1]), -1), [-1])
+        advantages = returns - reward_baselines.unsqueeze(-1) * response_mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.RLOO)
+def compute_rloo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO: ``s_i`` minus the mean of the other samples of its group (``s_i`` alone in a group of one).
+
+    token_level_rewards, response_mask: ``(bs, response_length)``; index: ``(bs,)`` group ids.
+    """
+    _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = _Groups(scores, index)
+        n = g.per_row(g.count)
+        s = scores.double()
+        loo = torch.where(n > 1, s * n / (n - 1).clamp(min=1) - g.per_row(g.mean) * n / (n - 1).clamp(min=1), s)
+        advantages = _outcome(loo, token_level_rewards, response_mask)
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.OPO)
+def compute_opo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO: ``s_i`` minus the response-length-weighted mean score of its group (0 for a group of one).
+
+    token_level_rewards, response_mask: ``(bs, response_length)``; index: ``(bs,)`` group ids.
+    """
+    _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = _Groups(scores, index)
+        lengths = response_mask.sum(dim=-1).double()
+        s = scores.double()
+        weighted = torch.zeros_like(g.mean).index_add_(0, g.ids, lengths * s)
+        total_len = torch.zeros_like(g.mean).index_add_(0, g.ids, lengths)
+        baseline = torch.where(g.count > 1, weighted / total_len.clamp(min=1e-12), torch.zeros_like(weighted))
+        advantages = _outcome(s - g.per_row(baseline), token_level_rewards, response_mask)
+    return advantages, advantages
+
+
+# ==========================================================================================================
+# PF-PPO
+# ==========================================================================================================
+def compute_pf_ppo_reweight_data(data, reweight_method: str = "pow", weight_pow: float = 2.0):
+    """Policy-filtration PPO: resample the batch (with replacement) by score-derived weights.
+
+    Weights from ``token_level_scores.sum(-1)``: ``pow`` -> ``|s|^p``; ``max_min`` -> 1 at max/min else 0;
+    ``max_random`` -> 0.4 at max else 0.1. Every tensor, non-tensor array and per-sample meta_info list is
+    resampled; returns a new DataProto of the same size.
+    """
+    scores = data.batch["token_level_scores"].sum(dim=-1)
+    if reweight_method == "pow":
+        weights = scores.abs().pow(weight_pow)
+    elif reweight_method == "max_min":
+        weights = ((scores == scores.max()) | (scores == scores.min())).float()
+    elif reweight_method == "max_random":
+        weights = torch.where(scores == scores.max(), 0.4, 0.1)
+    else:
+        raise ValueError(
+            f"Unknown pf_ppo_reweight_method {reweight_method!r}; expected 'pow', 'max_min' or 'max_random'"
+        )
+    weights = torch.clamp(weights.float() + 1e-8, min=1e-8)
+    bs = scores.shape[0]
+    idx = torch.multinomial(weights, bs, replacement=True)
+    idx_np = idx.cpu().numpy()
+    batch = data.batch[idx]
+    non_tensor = {
+        k: (v[idx_np] if isinstance(v, np.ndarray) and len(v) == bs else copy.deepcopy(v))
+        for k, v in data.non_tensor_batch.items()
+    }
+    meta = {
+        k: ([v[i] for i in idx_np] if isinstance(v, list) and len(v) == bs else copy.deepcopy(v))
+        for k, v in data.meta_info.items()
+    }
+    return type(data)(batch=batch.clone(), non_tensor_batch=non_tensor, meta_info=copy.deepcopy(meta))
+
+
+# ==========================================================================================================
+# losses
+# ==========================================================================================================
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+    """Aggregate a per-token loss to a scalar. loss_mat, loss_mask: ``(bs, response_length)``.
+
+    ``token-mean``: over all tokens; ``seq-mean-token-sum``: mean of per-sequence sums;
+    ``seq-mean-token-mean``: mean of per-sequence means; ``seq-mean-token-sum-norm``: total / T (Dr.GRPO).
+    """
+    if loss_agg_mode == "token-mean":
+        return verl_F.masked_mean(loss_mat, loss_mask)
+    _check_shapes(loss_mat=loss_mat, loss_mask=loss_mask)
+    if loss_agg_mode == "seq-mean-token-sum":
+        return torch.sum(loss_mat * loss_mask, dim=-1).mean()
+    if loss_agg_mode == "seq-mean-token-mean":
+        return (torch.sum(loss_mat * loss_mask, dim=-1) / torch.sum(loss_mask, dim=-1)).mean()
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        return torch.sum(loss_mat * loss_mask) / loss_mask.shape[-1]
+    raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
+
+
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange: float | None = None,
+    cliprange_low: float | None = None,
+    cliprange_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Clipped PPO surrogate with asymmetric clip range and dual clip for negative advantages.
+
+    All tensors ``(bs, response_length)``. Returns ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``.
+    """
+    assert clip_ratio_c > 1.0, f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}"
+    cliprange_low = cliprange if cliprange_low is None else cliprange_low
+    cliprange_high = cliprange if cliprange_high is None else cliprange_high
+    if cliprange_low is None or cliprange_high is None:
+        raise ValueError("compute_policy_loss needs cliprange (or both cliprange_low and cliprange_high)")
+    _check_shapes(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask)
+    log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # keeps exp() finite
+    ratio = torch.exp(log_ratio)
+    ppo_kl = verl_F.masked_mean(-log_ratio, response_mask)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    clip1 = torch.maximum(loss_unclipped, loss_clipped)
+    pg_clipfrac = verl_F.masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
+    loss_dual = -advantages * clip_ratio_c
+    clip2 = torch.min(loss_dual, clip1)
+    pg_clipfrac_lower = verl_F.masked_mean((torch.gt(clip1, loss_dual) & (advantages < 0)).float(), response_mask)
+    pg_losses = torch.where(advantages < 0, clip2, clip1)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
+
+
+POLICY_LOSS_REGISTRY: dict[str, Callable] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
+    """Decorator registering a policy loss ``fn(old_log_prob, log_prob, advantages, response_mask,
+    loss_agg_mode, config) -> (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``."""
+
+    def decorator(fn: Callable) -> Callable:
+        POLICY_LOSS_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_policy_loss_fn(name: str) -> Callable:
+    """The policy loss registered as ``actor.policy_loss.loss_mode == name``; ValueError if unknown."""
+    if name not in POLICY_LOSS_REGISTRY:
+        raise ValueError(f"Unsupported loss mode: {name}. Supported modes are: {list(POLICY_LOSS_REGISTRY)}")
+    return POLICY_LOSS_REGISTRY[name]
+
+
+def _clip_ranges(config: Any) -> tuple[float, float]:
+    clip = _cfg_get(config, "clip_ratio", 0.2)
+    return _cfg_get(config, "clip_ratio_low", clip), _cfg_get(config, "clip_ratio_high", clip)
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss_vanilla(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`compute_policy_loss` with clip ranges read from the actor config (registry call convention)."""
+    low, high = _clip_ranges(config)
+    return compute_policy_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        cliprange=_cfg_get(config, "clip_ratio", 0.2),
+        cliprange_low=low,
+        cliprange_high=high,
+        clip_ratio_c=_cfg_get(config, "clip_ratio_c", 3.0),
+        loss_agg_mode=loss_agg_mode,
+    )
+
+
+@register_policy_loss("clip_cov")
+def compute_policy_loss_clip_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Clip-Cov: drop the gradient of a random few tokens whose advantage/log-prob covariance is in [lb, ub].
+
+    All tensors ``(bs, response_length)``; params from ``config.policy_loss`` (clip_cov_ratio/lb/ub).
+    """
+    pl = _cfg_get(config, "policy_loss", {})
+    ratio_keep = _cfg_get(pl, "clip_cov_ratio", 0.0002)
+    lb, ub = _cfg_get(pl, "clip_cov_lb", 1.0), _cfg_get(pl, "clip_cov_ub", 5.0)
+    assert ratio_keep > 0, f"policy_loss.clip_cov_ratio must be > 0, got {ratio_keep}"
+    low, high = _clip_ranges(config)
+    _check_shapes(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask)
+    log_ratio = log_prob - old_log_prob
+    ratio = torch.exp(log_ratio)
+    ppo_kl = verl_F.masked_mean(-log_ratio, response_mask)
+    loss1 = -advantages * ratio
+    loss2 = -advantages * torch.clamp(ratio, 1 - low, 1 + high)
+    valid = response_mask > 0
+    with torch.no_grad():
+        already_clipped = (loss2 > loss1) & valid
+        cov = (advantages - verl_F.masked_mean(advantages, response_mask)) * (
+            log_prob.detach() - verl_F.masked_mean(log_prob.detach(), response_mask)
+        )
+        cov = cov.masked_fill(~valid | already_clipped, -torch.inf)
+        n_pick = max(int(ratio_keep * response_mask.sum().item()), 1)
+        candidates = torch.nonzero((cov > lb) & (cov < ub) & valid)
+        picked = candidates[torch.randperm(len(candidates), device=candidates.device)[:n_pick]]
+        corr = torch.ones_like(advantages)
+        corr[picked[:, 0], picked[:, 1]] = 0
+    pg_clipfrac = verl_F.masked_mean((corr == 0).float(), response_mask)
+    pg_loss = agg_loss(torch.maximum(loss1, loss2) * corr, response_mask, loss_agg_mode)
+    return pg_loss, pg_clipfrac, ppo_kl, torch.tensor(0.0, device=pg_loss.device)
+
+
+@register_policy_loss("kl_cov")
+def compute_policy_loss_kl_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KL-Cov: unclipped ``-A * ratio`` plus ``coef * |log-ratio|`` on the top-covariance tokens.
+
+    All tensors ``(bs, response_length)``; params ``policy_loss.kl_cov_ratio`` and ``policy_loss.ppo_kl_coef``.
+    """
+    pl = _cfg_get(config, "policy_loss", {})
+    ratio_top, coef = _cfg_get(pl, "kl_cov_ratio", 0.0002), _cfg_get(pl, "ppo_kl_coef", 1.0)
+    _check_shapes(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask)
+    log_ratio = log_prob - old_log_prob
+    abs_kl = log_ratio.abs()
+    ratio = torch.exp(log_ratio)
+    pg_losses = -advantages * ratio
+    valid = (response_mask > 0).reshape(-1)
+    n_valid = int(valid.sum().item())
+    if n_valid > 0 and ratio_top > 0:
+        with torch.no_grad():
+            flat_idx = torch.nonzero(valid).flatten()
+            adv = advantages.detach().reshape(-1)[flat_idx]
+            logp = log_prob.detach().reshape(-1)[flat_idx]
+            cov = (adv - adv.mean()) * (logp - logp.mean())
+            top = flat_idx[torch.topk(cov, max(1, int(n_valid * ratio_top))).indices]
+        penalised = torch.zeros(pg_losses.numel(), dtype=torch.bool, device=pg_losses.device)
+        penalised[top] = True
+        pg_losses = torch.where(penalised.view_as(pg_losses), pg_losses + coef * abs_kl, pg_losses)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    zero = torch.tensor(0.0, device=pg_loss.device)
+    return pg_loss, zero, verl_F.masked_mean(abs_kl, response_mask), zero
+
+
+def compute_entropy_loss(
+    logits: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str = "token-mean"
+) -> torch.Tensor:
+    """Aggregated entropy of ``softmax(logits)``. logits ``(bs, response_length, vocab)``, mask ``(bs, T)``."""
+    return agg_loss(verl_F.entropy_from_logits(logits), response_mask, loss_agg_mode)
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped value loss ``0.5 * agg(max((v - R)^2, (v_clip - R)^2))``; returns ``(vf_loss, vf_clipfrac)``.
+
+    All tensors ``(bs, response_length)``; ``v_clip`` stays within ``cliprange_value`` of the old ``values``.
+    """
+    _check_shapes(vpreds=vpreds, returns=returns, values=values, response_mask=response_mask)
+    vpred_clipped = verl_F.clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
+    loss_unclipped = (vpreds - returns) ** 2
+    loss_clipped = (vpred_clipped - returns) ** 2
+    vf_loss = 0.5 * agg_loss(torch.max(loss_unclipped, loss_clipped), response_mask, loss_agg_mode)
+    vf_clipfrac = verl_F.masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
+    return vf_loss, vf_clipfrac
