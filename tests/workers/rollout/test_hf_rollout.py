@@ -1,0 +1,143 @@
+"""HFRollout (and NaiveRollout) on a tiny Qwen2: output layout, n-sample order, EOS handling, greedy determinism."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from verl.protocol import DataProto
+from verl.utils.model import compute_position_id_with_mask
+from verl.workers.rollout import HFRollout, NaiveRollout
+
+VOCAB, P, T = 96, 5, 6
+PAD = 0
+UNUSED_EOS = VOCAB - 1  # an id the model is unlikely to produce early
+
+
+def tiny_lm() -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        attn_implementation="sdpa",
+    )
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_lm()
+
+
+def prompts(eos=UNUSED_EOS, **meta) -> DataProto:
+    lens = [5, 2, 3]
+    mask = torch.zeros(len(lens), P, dtype=torch.long)
+    for i, n in enumerate(lens):
+        mask[i, P - n :] = 1
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, VOCAB - 1, (len(lens), P), generator=g) * mask + PAD * (1 - mask)
+    batch = {"input_ids": ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
+    return DataProto.from_dict(tensors=batch, meta_info={"eos_token_id": eos, "pad_token_id": PAD, **meta})
+
+
+def rollout_config(**overrides):
+    cfg = {
+        "name": "hf",
+        "temperature": 1.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "response_length": T,
+        "do_sample": True,
+        "n": 1,
+        "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0, "n": 1, "do_sample": False},
+    }
+    cfg.update(overrides)
+    return OmegaConf.create(cfg)
+
+
+def check_layout(out: DataProto, inp: DataProto, n: int, eos: int):
+    b = len(inp) * n
+    assert set(out.batch.keys()) == {"prompts", "responses", "input_ids", "attention_mask", "position_ids"}
+    assert out.batch["prompts"].shape == (b, P)
+    assert out.batch["responses"].shape == (b, T)
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        assert out.batch[key].shape == (b, P + T)
+    # sample j of prompt i sits at row i*n + j
+    rep = inp.batch["input_ids"].repeat_interleave(n, dim=0)
+    assert torch.equal(out.batch["prompts"], rep)
+    assert torch.equal(out.batch["input_ids"], torch.cat([rep, out.batch["responses"]], dim=1))
+    assert torch.equal(out.batch["attention_mask"][:, :P], inp.batch["attention_mask"].repeat_interleave(n, 0))
+    pos = out.batch["position_ids"]
+    prompt_pos = inp.batch["position_ids"].repeat_interleave(n, 0)
+    assert torch.equal(pos[:, :P], prompt_pos)
+    assert torch.equal(pos[:, P:], prompt_pos[:, -1:] + torch.arange(1, T + 1))
+    # response mask: 1 through the first EOS, 0 after; tokens after EOS are padding
+    resp, rmask = out.batch["responses"], out.batch["attention_mask"][:, P:]
+    for row in range(b):
+        hits = (resp[row] == eos).nonzero()
+        end = int(hits[0]) + 1 if len(hits) else T
+        assert rmask[row, :end].all() and not rmask[row, end:].any()
+        assert (resp[row, end:] == PAD).all()
+
+
+def test_sampling_n_interleaved_layout(model):
+    inp = prompts()
+    out = HFRollout(model, rollout_config(n=2)).generate_sequences(inp)
+    check_layout(out, inp, n=2, eos=UNUSED_EOS)
+
+
+def test_greedy_is_deterministic_and_matches_naive_rollout(model):
+    cfg = rollout_config(n=4)
+    a = HFRollout(model, cfg).generate_sequences(prompts(do_sample=False))
+    b = HFRollout(model, cfg).generate_sequences(prompts(do_sample=False))
+    assert len(a) == 3  # greedy ignores n
+    assert torch.equal(a.batch["responses"], b.batch["responses"])
+    naive = NaiveRollout(model, cfg).generate_sequences(prompts(do_sample=False))
+    for key in a.batch.keys():
+        assert torch.equal(a.batch[key], naive.batch[key]), key
+
+
+def test_eos_stops_a_row_and_masks_what_follows(model):
+    greedy = HFRollout(model, rollout_config()).generate_sequences(prompts(do_sample=False))
+    eos = int(greedy.batch["responses"][0, 1])  # make row 0's second token the EOS
+    out = HFRollout(model, rollout_config()).generate_sequences(prompts(eos=eos, do_sample=False))
+    check_layout(out, prompts(), n=1, eos=eos)
+    first_eos = int((out.batch["responses"][0] == eos).nonzero()[0])
+    assert first_eos <= 1
+    assert out.batch["attention_mask"][0, P + first_eos + 1 :].sum() == 0
+    naive = NaiveRollout(model, rollout_config()).generate_sequences(prompts(eos=eos, do_sample=False))
+    assert torch.equal(out.batch["responses"], naive.batch["responses"])
+    assert torch.equal(out.batch["attention_mask"], naive.batch["attention_mask"])
+
+
+def test_validate_uses_val_kwargs_and_one_sample(model):
+    cfg = rollout_config(n=3, val_kwargs={"top_k": 5, "top_p": 0.9, "temperature": 0.5, "n": 1, "do_sample": True})
+    out = HFRollout(model, cfg).generate_sequences(prompts(validate=True, do_sample=True))
+    check_layout(out, prompts(), n=1, eos=UNUSED_EOS)
+    # val_kwargs temperature 0 means greedy
+    greedy_cfg = rollout_config(n=3)
+    val = HFRollout(model, greedy_cfg).generate_sequences(prompts(validate=True, do_sample=True))
+    ref = HFRollout(model, greedy_cfg).generate_sequences(prompts(do_sample=False))
+    assert torch.equal(val.batch["responses"], ref.batch["responses"])
+
+
+def test_micro_batches_give_the_same_greedy_output(model):
+    whole = HFRollout(model, rollout_config()).generate_sequences(prompts(do_sample=False))
+    split = HFRollout(model, rollout_config(micro_batch_size=2)).generate_sequences(prompts(do_sample=False))
+    assert torch.equal(whole.batch["input_ids"], split.batch["input_ids"])
+
+
+def test_sampling_follows_the_seed_and_requires_token_ids(model):
+    torch.manual_seed(3)
+    a = HFRollout(model, rollout_config(n=2, top_k=10)).generate_sequences(prompts())
+    torch.manual_seed(3)
+    b = HFRollout(model, rollout_config(n=2, top_k=10)).generate_sequences(prompts())
+    assert torch.equal(a.batch["responses"], b.batch["responses"])
+    bad = prompts()
+    del bad.meta_info["pad_token_id"]
+    with pytest.raises(KeyError, match="pad_token_id"):
+        HFRollout(model, rollout_config()).generate_sequences(bad)
