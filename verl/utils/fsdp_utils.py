@@ -46,6 +46,7 @@ __all__ = [
     "apply_fsdp2",
     "clip_grad_norm_",
     "fsdp2_clip_grad_norm_",
+    "fsdp2_full_params",
     "fsdp2_load_full_state_dict",
     "fsdp_version",
     "fully_shard",
@@ -287,6 +288,29 @@ def clip_grad_norm_(module: nn.Module, max_norm: float) -> torch.Tensor:
     if version == 2:
         return fsdp2_clip_grad_norm_(module.parameters(), max_norm=max_norm)
     return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm=max_norm)
+
+
+@contextlib.contextmanager
+def fsdp2_full_params(model: nn.Module):
+    """Inside, every FSDP2 sub-module holds its full parameters and forwards run without collectives.
+
+    Generation needs this: ranks stop at different steps (all rows hit EOS), and per-layer all-gathers would
+    then wait on each other forever. Entering and leaving are collectives (one all-gather per module).
+    A no-op for modules that are not FSDP2.
+    """
+    modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    # FSDP2 has no getter for reshard_after_forward; remember the per-group setting to restore it exactly.
+    saved = [[g.post_forward_mesh_info for g in m._get_fsdp_state()._fsdp_param_groups] for m in modules]
+    for m in modules:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m, infos in zip(modules, saved):
+            m.reshard()
+            for group, info in zip(m._get_fsdp_state()._fsdp_param_groups, infos):
+                group.post_forward_mesh_info = info
 
 
 def get_fsdp_full_state_dict(model: nn.Module, offload_to_cpu: bool = True, rank0_only: bool = True) -> dict:

@@ -6,10 +6,10 @@ import logging
 
 import torch
 import torch.nn as nn
-from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss, get_policy_loss_fn, kl_penalty
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss, get_policy_loss_fn, kl_penalty
 from verl.utils.micro_batch import (
     append_metrics,
     autocast_context,

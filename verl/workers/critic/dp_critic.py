@@ -6,10 +6,10 @@ import logging
 
 import torch
 import torch.nn as nn
-from verl.trainer.ppo.core_algos import compute_value_loss
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import compute_value_loss
 from verl.utils.micro_batch import (
     append_metrics,
     autocast_context,

@@ -11,7 +11,7 @@ from transformers import GenerationConfig
 
 from verl.protocol import DataProto
 from verl.utils.device import get_torch_device, is_accelerator_available
-from verl.utils.fsdp_utils import fsdp_version
+from verl.utils.fsdp_utils import fsdp2_full_params, fsdp_version
 from verl.utils.micro_batch import autocast_context
 from verl.utils.torch_functional import get_response_mask
 from verl.workers.rollout.base import BaseRollout
@@ -68,8 +68,22 @@ class HFRollout(BaseRollout):
         """
         batch_size = len(prompts)
         micro = self.config.get("micro_batch_size", None) or batch_size
-        outputs = [self._generate_minibatch(prompts[i : i + micro]) for i in range(0, batch_size, micro)]
+        with self._full_params():
+            outputs = [self._generate_minibatch(prompts[i : i + micro]) for i in range(0, batch_size, micro)]
         return DataProto.concat(outputs)
+
+    def _full_params(self):
+        """Unshard a sharded module for the whole call, so generation steps need no collectives (ranks stop at
+        different steps). Entering is a collective: every rank of the shard group must call generate_sequences."""
+        version = fsdp_version(self.module)
+        if version == 1:
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            # recurse=True also covers nested wrapped layers (verl disables the wrap policy for the HF rollout).
+            return FSDP.summon_full_params(self.module, writeback=False, recurse=True)
+        if version == 2:
+            return fsdp2_full_params(self.module)
+        return contextlib.nullcontext()
 
     def _generation_kwargs(self, meta: dict) -> dict:
         cfg = self.config
@@ -119,12 +133,7 @@ class HFRollout(BaseRollout):
         )
         was_training = self.module.training
         self.module.eval()
-        param_ctx = contextlib.nullcontext()
-        if fsdp_version(self.module) == 1:
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-            param_ctx = FSDP.summon_full_params(self.module, writeback=False, recurse=False)
-        with param_ctx, autocast_context():
+        with autocast_context():
             output = self.module.generate(
                 input_ids=idx.to(device),
                 attention_mask=attention_mask.to(device),
