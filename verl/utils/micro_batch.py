@@ -32,6 +32,7 @@ __all__ = [
     "append_metrics",
     "autocast_context",
     "compute_device",
+    "gradient_accumulation_steps",
     "optimizer_step",
     "make_micro_batches",
     "pack_padded_inputs",
@@ -75,6 +76,17 @@ def make_micro_batches(
         for mb, rows in zip(micro_batches, partitions):
             mb["multi_modal_inputs"] = mm[np.asarray(rows, dtype=np.int64)]
     return micro_batches, (partitions if use_dynamic_bsz else None)
+
+
+def gradient_accumulation_steps(mini_batch_size: int, micro_batch_size: int | None, section: str) -> int:
+    """``mini // micro`` for static micro-batching; the loss of each micro batch is divided by it, so a
+    non-divisible pair would silently mis-scale the gradient (verl's worker asserts the same)."""
+    if not micro_batch_size or micro_batch_size <= 0 or mini_batch_size % micro_batch_size != 0:
+        raise ValueError(
+            f"{section}.ppo_mini_batch_size={mini_batch_size} (per GPU) must be a positive multiple of "
+            f"{section}.ppo_micro_batch_size_per_gpu={micro_batch_size}"
+        )
+    return mini_batch_size // micro_batch_size
 
 
 def restore_order(tensor: torch.Tensor, partitions: list[list[int]] | None) -> torch.Tensor:

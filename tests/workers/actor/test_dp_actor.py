@@ -150,7 +150,9 @@ def _one_update(config, seed=0, data=None):
 
 
 def test_update_policy_changes_params_and_reports_verl_metrics():
-    cfg = actor_config(entropy_coeff=0.01, use_kl_loss=True, ppo_mini_batch_size=3, ppo_epochs=2)
+    cfg = actor_config(
+        entropy_coeff=0.01, use_kl_loss=True, ppo_mini_batch_size=3, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2
+    )
     before = tiny_lm()
     model, metrics = _one_update(cfg)
     expected = {
@@ -164,9 +166,9 @@ def test_update_policy_changes_params_and_reports_verl_metrics():
         "actor/grad_norm",
     }
     assert set(metrics) == expected
-    # 2 epochs x 2 mini batches = 4 optimizer steps; 2 micro batches (of 2 and 1 rows) per mini batch.
+    # 2 epochs x 2 mini batches = 4 optimizer steps; 3 micro batches of one row per mini batch.
     assert len(metrics["actor/grad_norm"]) == 4
-    assert len(metrics["actor/pg_loss"]) == 8
+    assert len(metrics["actor/pg_loss"]) == 12
     for values in metrics.values():
         assert all(torch.isfinite(torch.tensor(v)) for v in values)
     assert metrics["actor/kl_coef"][0] == pytest.approx(0.001)
@@ -225,3 +227,17 @@ def test_reference_actor_is_a_copy_that_does_not_train():
     ref = DataParallelPPOActor(actor_config(), copy.deepcopy(model))
     lp, ent = ref.compute_log_prob(log_prob_meta(rollout_batch()))
     assert ent is None and lp.shape == (B, T)
+
+
+@pytest.mark.parametrize("loss_mode", ["clip_cov", "kl_cov"])
+def test_registered_policy_losses_run_through_update(loss_mode):
+    policy_loss = {"loss_mode": loss_mode, "clip_cov_ratio": 0.2, "clip_cov_lb": -10.0, "clip_cov_ub": 10.0}
+    policy_loss.update(kl_cov_ratio=0.2, ppo_kl_coef=0.1)
+    model, metrics = _one_update(actor_config(policy_loss=policy_loss))
+    assert all(torch.isfinite(torch.tensor(metrics[k])).all() for k in metrics)
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), tiny_lm().parameters()))
+
+
+def test_micro_batch_size_must_divide_mini_batch():
+    with pytest.raises(ValueError, match=r"actor.ppo_mini_batch_size=6 .* actor.ppo_micro_batch_size_per_gpu=4"):
+        _one_update(actor_config(ppo_micro_batch_size_per_gpu=4))

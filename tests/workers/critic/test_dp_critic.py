@@ -111,7 +111,9 @@ def test_packed_and_dynamic_values_equal_padded(config_kw, meta_kw):
 def test_update_critic_metrics_and_loss_decreases():
     model = tiny_critic()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    critic = DataParallelPPOCritic(critic_config(ppo_mini_batch_size=3, cliprange_value=100.0), model, opt)
+    critic = DataParallelPPOCritic(
+        critic_config(ppo_mini_batch_size=3, ppo_micro_batch_size_per_gpu=3, cliprange_value=100.0), model, opt
+    )
     data = rollout_batch()
     losses = []
     for _ in range(15):
@@ -119,7 +121,7 @@ def test_update_critic_metrics_and_loss_decreases():
         losses.append(sum(metrics["critic/vf_loss"]) / len(metrics["critic/vf_loss"]))
     assert set(metrics) == {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm"}
     assert len(metrics["critic/grad_norm"]) == 2  # two mini batches of 3
-    assert len(metrics["critic/vf_loss"]) == 4  # micro batches of 2 and 1 in each
+    assert len(metrics["critic/vf_loss"]) == 2  # one micro batch of 3 in each
     assert losses[-1] < 0.5 * losses[0]
 
 

@@ -14,6 +14,7 @@ from verl.utils.micro_batch import (
     append_metrics,
     autocast_context,
     compute_device,
+    gradient_accumulation_steps,
     make_micro_batches,
     merge_multi_modal_inputs,
     optimizer_step,
@@ -187,7 +188,7 @@ class DataParallelPPOActor(BasePPOActor):
                     mini_batch, select_keys, micro_batch_size, use_dynamic_bsz, max_token_len
                 )
                 if not use_dynamic_bsz:
-                    self.gradient_accumulation = mini_batch_size // micro_batch_size
+                    self.gradient_accumulation = gradient_accumulation_steps(mini_batch_size, micro_batch_size, "actor")
                 self.actor_optimizer.zero_grad()
                 for micro_batch in micro_batches:
                     micro_batch = to_device(micro_batch, self.device)
