@@ -1,0 +1,1 @@
+"""Engines: actors, critics, rollouts, sharding managers, reward managers and the Ray workers composing them."""

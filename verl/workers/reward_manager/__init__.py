@@ -1,0 +1,17 @@
+"""Reward managers: turn a batch of responses into token-level outcome rewards (registered by name)."""
+
+from verl.workers.reward_manager.batch import BatchRewardManager
+from verl.workers.reward_manager.dapo import DAPORewardManager
+from verl.workers.reward_manager.naive import NaiveRewardManager
+from verl.workers.reward_manager.prime import PrimeRewardManager
+from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY, get_reward_manager_cls, register
+
+__all__ = [
+    "BatchRewardManager",
+    "DAPORewardManager",
+    "NaiveRewardManager",
+    "PrimeRewardManager",
+    "REWARD_MANAGER_REGISTRY",
+    "get_reward_manager_cls",
+    "register",
+]

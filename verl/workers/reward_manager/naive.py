@@ -1,0 +1,140 @@
+"""The default reward manager: score each response with a rule function, reward at its last valid token."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.reward_score import default_compute_score
+from verl.workers.reward_manager.guarded_call import DEFAULT_TIMEOUT_S, GuardedCall
+from verl.workers.reward_manager.registry import register
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NaiveRewardManager", "decode_sample", "merge_extra_info", "split_score"]
+
+
+def decode_sample(tokenizer, item, prompt_length: int) -> tuple[str, str, int]:
+    """``(prompt_str, response_str, valid_response_length)`` of one DataProtoItem (left-padded prompt).
+
+    The item's ``attention_mask`` covers prompt then response: ``(prompt_length + response_length,)``.
+    """
+    attention_mask = item.batch["attention_mask"]
+    valid_prompt_length = int(attention_mask[:prompt_length].sum())
+    valid_response_length = int(attention_mask[prompt_length:].sum())
+    prompt_ids = item.batch["prompts"][prompt_length - valid_prompt_length :]
+    response_ids = item.batch["responses"][:valid_response_length]
+    prompt_str = tokenizer.decode(prompt_ids, skip_special_tokens=True)
+    response_str = tokenizer.decode(response_ids, skip_special_tokens=True)
+    return prompt_str, response_str, valid_response_length
+
+
+def split_score(result) -> tuple[float, dict]:
+    """``(reward, extra info)`` from a scorer result: a number, or a dict with ``"score"`` (all keys are extra info)."""
+    if isinstance(result, dict):
+        if "score" not in result:
+            raise KeyError(f"a reward function returning a dict must include 'score'; got keys {sorted(result)}")
+        return float(result["score"]), result
+    return float(result), {}
+
+
+def merge_extra_info(infos: list[dict]) -> dict[str, list]:
+    """Per-sample info dicts -> one list per key, of length ``len(infos)`` whenever the key appears at all.
+
+    A sample whose scorer failed has no info; it gets a neutral value (False / 0.0 / None, by the type the other
+    samples report) so every list stays aligned with the batch.
+    """
+    keys: list[str] = []
+    for info in infos:
+        keys.extend(k for k in info if k not in keys)
+    merged: dict[str, list] = {}
+    for key in keys:
+        example = next(info[key] for info in infos if key in info)
+        if isinstance(example, bool):
+            neutral = False
+        elif isinstance(example, int | float):
+            neutral = 0.0
+        else:
+            neutral = None
+        merged[key] = [info.get(key, neutral) for info in infos]
+    return merged
+
+
+class NaiveRewardManager:
+    """Score each sample with ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``.
+
+    Returns a float32 ``(bs, response_length)`` tensor holding the score at each row's last valid response
+    token. A call that raises or runs past ``timeout_s`` scores 0.0 with a logged warning.
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        num_examine: int,
+        compute_score=None,
+        reward_fn_key: str = "data_source",
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        timeout_mode: str = "auto",
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.num_examine = num_examine  # samples per data source printed to the console
+        self.compute_score = compute_score or default_compute_score
+        self.reward_fn_key = reward_fn_key
+        self.timeout_s = timeout_s
+        self._guarded = GuardedCall(self.compute_score, timeout_s=timeout_s, mode=timeout_mode)
+
+    def _score(self, index: int, **kwargs) -> tuple[float, dict]:
+        """One guarded scorer call; failures become 0.0 and a warning naming the sample."""
+        ok, result, error = self._guarded(**kwargs)
+        if ok:
+            try:
+                return split_score(result)
+            except (KeyError, TypeError, ValueError) as e:
+                error = f"{type(e).__name__}: {e}"
+        logger.warning(
+            "reward function failed on sample %d (data_source=%r), scoring it 0.0: %s",
+            index,
+            kwargs.get("data_source"),
+            error,
+        )
+        return 0.0, {}
+
+    def __call__(self, data: DataProto, return_dict: bool = False):
+        """``reward_tensor`` ``(bs, response_length)`` or ``{"reward_tensor", "reward_extra_info"}``."""
+        if "rm_scores" in data.batch.keys():
+            return {"reward_tensor": data.batch["rm_scores"]} if return_dict else data.batch["rm_scores"]
+
+        reward_tensor = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
+        infos: list[dict] = []
+        prompt_length = data.batch["prompts"].shape[-1]
+        already_printed: dict[str, int] = {}
+
+        for i in range(len(data)):
+            item = data[i]
+            prompt_str, response_str, valid_response_length = decode_sample(self.tokenizer, item, prompt_length)
+            ground_truth = item.non_tensor_batch["reward_model"]["ground_truth"]
+            data_source = item.non_tensor_batch[self.reward_fn_key]
+            extra_info = item.non_tensor_batch.get("extra_info", None)
+
+            reward, info = self._score(
+                i, data_source=data_source, solution_str=response_str, ground_truth=ground_truth, extra_info=extra_info
+            )
+            infos.append(info)
+            reward_tensor[i, max(valid_response_length - 1, 0)] = reward
+
+            if already_printed.get(data_source, 0) < self.num_examine:
+                already_printed[data_source] = already_printed.get(data_source, 0) + 1
+                print("[prompt]", prompt_str)
+                print("[response]", response_str)
+                print("[ground_truth]", ground_truth)
+                for key, value in (info or {"score": reward}).items():
+                    print(f"[{key}]", value)
+
+        if return_dict:
+            return {"reward_tensor": reward_tensor, "reward_extra_info": merge_extra_info(infos)}
+        return reward_tensor
+
+
+register("naive")(NaiveRewardManager)
