@@ -1,0 +1,60 @@
+"""Packing/unpacking, micro-batch splitting and order restoration used by the actor and critic."""
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+import verl.utils.micro_batch as mb
+from verl.protocol import DataProto
+from verl.utils.model import compute_position_id_with_mask
+
+
+def _padded(bs=4, seqlen=7):
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 1, 1, 1, 0, 0, 0]])
+    ids = torch.arange(bs * seqlen).view(bs, seqlen) * mask
+    return ids, mask, compute_position_id_with_mask(mask)
+
+
+def test_pack_unpack_round_trip_and_restarting_positions():
+    ids, mask, pos = _padded()
+    ids_rmpad, pos_rmpad, valid = mb.pack_padded_inputs(ids, mask, pos)
+    assert ids_rmpad.shape == (1, int(mask.sum()))
+    assert pos_rmpad.tolist() == [[0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 0, 0, 1, 2]]
+    back = mb.unpack_to_padded(ids_rmpad[0], valid)
+    assert torch.equal(back, ids)
+    mrope = pos.unsqueeze(1).expand(-1, 3, -1)
+    _, pos3, _ = mb.pack_padded_inputs(ids, mask, mrope)
+    assert pos3.shape == (3, 1, int(mask.sum())) and torch.equal(pos3[1], pos_rmpad)
+
+
+def test_explicit_block_mask_fallback_is_exact(monkeypatch):
+    # Older transformers cannot isolate packed sequences by position ids; the fallback mask must be exact.
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, attn_implementation="eager",
+    )  # fmt: skip
+    model = Qwen2ForCausalLM(cfg).eval()
+    ids, mask, pos = _padded()
+    ids = ids % 64
+    ids_rmpad, pos_rmpad, valid = mb.pack_padded_inputs(ids, mask, pos)
+    monkeypatch.setattr(mb, "_hf_packed_detection", None)
+    kwargs = mb.packed_forward_kwargs(model, pos_rmpad, torch.float32)
+    assert kwargs["attention_mask"].shape == (1, 1, ids_rmpad.shape[1], ids_rmpad.shape[1])
+    with torch.no_grad():
+        packed = model(input_ids=ids_rmpad, **kwargs).logits[0]
+        padded = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    torch.testing.assert_close(packed, padded[valid], rtol=1e-5, atol=1e-5)
+
+
+def test_static_and_dynamic_micro_batches_restore_order():
+    ids, mask, pos = _padded()
+    data = DataProto.from_dict({"input_ids": ids, "attention_mask": mask, "position_ids": pos})
+    static, parts = mb.make_micro_batches(data, ["input_ids", "attention_mask"], 3, use_dynamic_bsz=False)
+    assert parts is None and [len(m["input_ids"]) for m in static] == [3, 1]
+    dynamic, parts = mb.make_micro_batches(data, ["input_ids", "attention_mask"], None, True, max_token_len=7)
+    assert all(int(m["attention_mask"].sum()) <= 7 for m in dynamic)
+    joined = torch.cat([m["input_ids"] for m in dynamic])
+    assert torch.equal(mb.restore_order(joined, parts), ids)
+    with pytest.raises(ValueError, match="micro_batch_size=0"):
+        mb.make_micro_batches(data, ["input_ids"], 0, use_dynamic_bsz=False)
