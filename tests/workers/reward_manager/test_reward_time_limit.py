@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from verl.utils.reward_score.guarded_call import GuardedCall
 from verl.workers.reward_manager import DAPORewardManager, NaiveRewardManager
-from verl.workers.reward_manager.guarded_call import GuardedCall
 
 
 def flaky_score(data_source, solution_str, ground_truth, extra_info=None):

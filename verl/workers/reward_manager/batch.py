@@ -7,7 +7,7 @@ import logging
 import torch
 
 from verl.protocol import DataProto
-from verl.workers.reward_manager.guarded_call import DEFAULT_TIMEOUT_S, GuardedCall
+from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S, GuardedCall
 from verl.workers.reward_manager.naive import decode_sample, merge_extra_info, split_score
 from verl.workers.reward_manager.registry import register
 

@@ -7,7 +7,7 @@ import logging
 import torch
 
 from verl.protocol import DataProto
-from verl.workers.reward_manager.guarded_call import DEFAULT_TIMEOUT_S
+from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S
 from verl.workers.reward_manager.naive import NaiveRewardManager, decode_sample, merge_extra_info
 from verl.workers.reward_manager.registry import register
 

@@ -8,7 +8,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.reward_score import default_compute_score
-from verl.workers.reward_manager.guarded_call import DEFAULT_TIMEOUT_S, GuardedCall
+from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S, GuardedCall
 from verl.workers.reward_manager.registry import register
 
 logger = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ def _as_float(result) -> float:
 
 def single_compute_score(evaluation_func, completion, reference, task, task_extra_info=None, timeout: float = 300.0):
     """Score one sample in a helper process with a time limit; 0.0 (and a warning) on timeout or error."""
-    from verl.workers.reward_manager.guarded_call import GuardedCall
+    from verl.utils.reward_score.guarded_call import GuardedCall
 
     call = GuardedCall(evaluation_func, timeout_s=timeout)
     try:
