@@ -1,0 +1,54 @@
+"""The in-process worker group: same worker classes, no Ray actors, same results as the Ray group."""
+
+import pytest
+import ray
+import torch
+
+from tests.single_controller.workers_for_tests import AddWorker, SubWorker
+from verl import DataProto
+from verl.single_controller.inprocess import InProcessWorkerGroup
+from verl.single_controller.ray import (
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    create_colocated_worker_cls,
+)
+
+
+def test_inprocess_group_runs_registered_methods():
+    wg = InProcessWorkerGroup(RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(ray.remote(AddWorker), 5))
+    assert wg.world_size == 1
+    assert wg.env()[0]["WORLD_SIZE"] == "1"
+    assert wg.add_scalar(1.0) == [6.0]
+    assert wg.dp_compute(DataProto.from_dict({"x": torch.zeros(3)})).batch["x"].tolist() == [5, 5, 5]
+    assert wg.async_dp_compute(DataProto.from_dict({"x": torch.ones(2)})).batch["x"].tolist() == [2, 2]
+    assert wg.all_reduce(2.0) == [2.0]  # a gloo group of one, formed in this process
+
+
+def test_inprocess_equals_ray(ray_cluster):
+    data = DataProto.from_dict({"x": torch.randn(6)})
+    local = InProcessWorkerGroup(RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(ray.remote(AddWorker), 3))
+    pool = RayResourcePool([1], use_gpu=False)
+    remote = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(AddWorker), 3), device_name="cpu")
+    try:
+        assert torch.equal(local.dp_compute(data).batch["x"], remote.dp_compute(data).batch["x"])
+        assert local.add_scalar(0.5) == remote.add_scalar(0.5)
+    finally:
+        ray.kill(remote.workers[0])
+        ray.util.remove_placement_group(pool.pgs[0])
+
+
+def test_inprocess_colocated_spawn():
+    cls = create_colocated_worker_cls(
+        {"add": RayClassWithInitArgs(ray.remote(AddWorker), 1), "sub": RayClassWithInitArgs(ray.remote(SubWorker), 2)}
+    )
+    wg = InProcessWorkerGroup(RayResourcePool([1], use_gpu=False), cls)
+    groups = wg.spawn(prefix_set=["add", "sub"])
+    data = DataProto.from_dict({"x": torch.zeros(2)})
+    assert groups["add"].dp_compute(data).batch["x"].tolist() == [1, 1]
+    assert groups["sub"].dp_compute(data).batch["x"].tolist() == [-2, -2]
+
+
+def test_inprocess_rejects_bigger_pools():
+    with pytest.raises(ValueError, match="exactly one worker"):
+        InProcessWorkerGroup(RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(ray.remote(AddWorker)))

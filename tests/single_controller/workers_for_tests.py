@@ -1,0 +1,82 @@
+"""Worker classes used by the single-controller tests (importable by Ray workers)."""
+
+import os
+
+import torch
+
+from verl import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, Execute, register
+
+
+class AddWorker(Worker):
+    """Adds ``initial_value + rank`` to the 'x' tensor of its chunk."""
+
+    def __init__(self, initial_value: float = 0.0):
+        super().__init__()
+        self.value = initial_value
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def dp_compute(self, data: DataProto) -> DataProto:
+        out = data.batch["x"] + self.value + self.rank
+        return DataProto.from_dict({"x": out}, meta_info={"rank": self.rank})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    async def async_dp_compute(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": data.batch["x"] * 2})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def env(self) -> dict:
+        keys = ["WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"]
+        keys += ["RAY_LOCAL_WORLD_SIZE", "RAY_LOCAL_RANK", "WG_BACKEND"]
+        return {k: os.environ.get(k) for k in keys}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def add_scalar(self, x: float) -> float:
+        return x + self.value + self.rank
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def per_worker(self, x: float) -> float:
+        return x * 10 + self.rank
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE)
+    def dp_list(self, x: list) -> int:
+        return sum(x)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def metric(self, data: DataProto) -> float:
+        return float(data.batch["x"].sum())
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def rank_zero_only(self) -> int:
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def all_reduce(self, value: float) -> float:
+        """Form a torch.distributed group (gloo on CPU) and sum ``value * (rank + 1)`` over it."""
+        import torch.distributed as dist
+
+        from verl.utils.device import get_nccl_backend, get_torch_device, is_accelerator_available
+
+        if not dist.is_initialized():
+            dist.init_process_group(backend=get_nccl_backend(), rank=self.rank, world_size=self.world_size)
+        device = f"{get_torch_device().__name__.split('.')[-1]}:{0}" if is_accelerator_available() else "cpu"
+        tensor = torch.tensor([value * (self.rank + 1)], device=device)
+        dist.all_reduce(tensor)
+        return tensor.item()
+
+
+class SubWorker(Worker):
+    """A second role for colocation tests."""
+
+    def __init__(self, initial_value: float = 0.0):
+        super().__init__()
+        self.value = initial_value
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def dp_compute(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": data.batch["x"] - self.value - self.rank})
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def sub(self, x: float) -> float:
+        return x - self.value
