@@ -75,11 +75,33 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    """Whiten ``values`` with the mean and unbiased variance of all its masked elements. values, mask: same shape."""
-    mean, var = masked_mean(values, mask), masked_var(values, mask)
-    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    """Whiten ``values`` with the mean and unbiased variance of all its masked elements. values, mask: same shape.
+
+    Same result as ``(values - masked_mean) * rsqrt(masked_var + 1e-8)``, but the two reductions run over
+    cache-sized row chunks, so the only full-size allocation is the output.
+    """
+    _check_mask(values, mask)
+    if mask.shape != values.shape:
+        mask = mask.expand_as(values)
+    n = mask.sum()
+    if n == 0:
+        raise ValueError("At least one element in the mask has to be 1.")
+    if n == 1:
+        raise ValueError("The sum of the mask is one, which can cause a division by zero.")
+    acc = torch.float64 if values.dtype == torch.float64 else torch.float32
+    step = max(1, (1 << 18) // max(values[0].numel(), 1)) if values.dim() else 1
+    v_rows, m_rows = (values.unsqueeze(0), mask.unsqueeze(0)) if values.dim() == 0 else (values, mask)
+    total = torch.zeros((), dtype=torch.float64, device=values.device)
+    for s in range(0, v_rows.shape[0], step):
+        total += (v_rows[s : s + step] * m_rows[s : s + step]).sum(dtype=torch.float64)
+    mean = (total / (n + 1e-8)).to(acc)
+    sq = torch.zeros((), dtype=torch.float64, device=values.device)
+    for s in range(0, v_rows.shape[0], step):
+        sq += (v_rows[s : s + step] - mean).square_().mul_(m_rows[s : s + step]).sum(dtype=torch.float64)
+    var = (sq / (n + 1e-8) * (n / (n - 1))).to(acc)
+    whitened = (values - mean).mul_(torch.rsqrt(var + 1e-8))
     if not shift_mean:
-        whitened = whitened + mean
+        whitened += mean
     return whitened
 
 

@@ -235,6 +235,8 @@ def test_bad_input_names_the_problem():
         core_algos.compute_grpo_outcome_advantage(r, torch.ones(2, 4), _uids("a", "b"))
     with pytest.raises(ValueError, match="index.*batch size 2"):
         core_algos.compute_rloo_outcome_advantage(r, m, _uids("a", "b", "c"))
+    with pytest.raises(ValueError, match="missing group ids"):
+        core_algos.compute_grpo_outcome_advantage(r, m, np.array(["a", None], dtype=object))
     with pytest.raises(ValueError, match="index is empty"):
         core_algos.compute_opo_outcome_advantage(torch.zeros(0, 3), torch.zeros(0, 3), _uids())
 

