@@ -89,7 +89,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     if n == 1:
         raise ValueError("The sum of the mask is one, which can cause a division by zero.")
     acc = torch.float64 if values.dtype == torch.float64 else torch.float32
-    step = max(1, (1 << 18) // max(values[0].numel(), 1)) if values.dim() else 1
+    step = max(1, _CHUNK_ELEMENTS // 8 // max(values[0].numel(), 1)) if values.dim() else 1
     v_rows, m_rows = (values.unsqueeze(0), mask.unsqueeze(0)) if values.dim() == 0 else (values, mask)
     total = torch.zeros((), dtype=torch.float64, device=values.device)
     for s in range(0, v_rows.shape[0], step):

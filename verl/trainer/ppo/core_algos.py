@@ -308,6 +308,10 @@ def compute_grpo_passk_outcome_advantage(
     return advantages, advantages
 
 
+# Row chunks of (bs, T) work: bounds float64 temporaries while keeping the number of ops small.
+_CHUNK_ELEMENTS = 1 << 18
+
+
 def _discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """``G_t = r_t + gamma * m_{t+1} * G_{t+1}`` (a zero mask cuts the chain), vectorised over the batch.
 
@@ -327,7 +331,7 @@ def _discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float)
             running = running * m_t[t]
         return out.T
     out = torch.empty_like(rewards)
-    rows = max(1, (1 << 18) // max(T, 1))  # cache-sized row chunks
+    rows = max(1, _CHUNK_ELEMENTS // max(T, 1))
     for s in range(0, bs, rows):
         out[s : s + rows] = _discounted_block(rewards[s : s + rows], mask[s : s + rows], gamma)
     return out
