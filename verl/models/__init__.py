@@ -1,0 +1,1 @@
+"""Model-level patches for Hugging Face transformers models (sequence packing, Ulysses sequence parallelism)."""
