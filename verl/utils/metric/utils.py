@@ -9,9 +9,12 @@ import numpy as np
 
 def reduce_metrics(metrics: dict[str, list[Any]]) -> dict[str, Any]:
     """Replace each list in ``metrics`` (in place) by its max if the key contains "max", its min if it
-    contains "min", else its mean; an empty list becomes nan. Returns the same dict."""
+    contains "min", else its mean; an empty list becomes nan. A scalar (e.g. a learning rate a worker reports
+    once) stays as it is. Returns the same dict."""
     for key, values in metrics.items():
-        if len(values) == 0:
+        if np.isscalar(values):
+            metrics[key] = values
+        elif len(values) == 0:
             metrics[key] = np.nan
         elif "max" in key:
             metrics[key] = np.max(values)

@@ -1,0 +1,95 @@
+"""Tiny models, data and command lines for end-to-end runs of main_ppo on CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+
+from verl.utils.tiny_model import make_tiny_model_dir
+
+
+def make_gsm8k_like_parquet(path: str, n: int, seed: int = 0) -> str:
+    """Rows in verl's RL schema: short arithmetic questions scored by the gsm8k rule ('#### answer')."""
+    rows = []
+    for i in range(n):
+        a, b = (seed + 3 * i) % 10, (seed + 7 * i) % 10
+        rows.append(
+            {
+                "data_source": "openai/gsm8k",
+                "prompt": [{"role": "user", "content": f"{a}+{b}="}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                "extra_info": {"split": "train", "index": i},
+            }
+        )
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def make_workspace(tmp_path) -> dict:
+    """A tiny actor/critic model and train/val parquet files under ``tmp_path``."""
+    model = make_tiny_model_dir(
+        str(tmp_path / "model"), hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64
+    )
+    critic = make_tiny_model_dir(
+        str(tmp_path / "critic"),
+        head="token_classification",
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+    )
+    train = make_gsm8k_like_parquet(str(tmp_path / "train.parquet"), 16)
+    val = make_gsm8k_like_parquet(str(tmp_path / "val.parquet"), 4, seed=1)
+    return {"model": model, "critic": critic, "train": train, "val": val, "root": str(tmp_path)}
+
+
+def base_overrides(ws: dict, estimator: str = "grpo", steps: int = 2) -> list[str]:
+    """A verl GRPO/PPO command line scaled down to the tiny model, 2 CPU workers."""
+    return [
+        f"algorithm.adv_estimator={estimator}",
+        f"data.train_files={ws['train']}",
+        f"data.val_files={ws['val']}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=32",
+        "data.max_response_length=8",
+        f"actor_rollout_ref.model.path={ws['model']}",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        f"critic.model.path={ws['critic']}",
+        "critic.ppo_micro_batch_size_per_gpu=2",
+        "trainer.logger=['console']",
+        "trainer.n_gpus_per_node=2",
+        "trainer.nnodes=1",
+        "trainer.device=cpu",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.val_before_train=False",
+        f"trainer.default_local_dir={ws['root']}/ckpt",
+        "ray_init.num_cpus=4",
+    ]
+
+
+def run_main_ppo(overrides: list[str], cwd: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m verl.trainer.main_ppo <overrides>`` in a subprocess, as a user would run it."""
+    env = dict(os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,149 @@
+"""Entry point: ``python -m verl.trainer.main_ppo key=value ...`` (Hydra, config ``ppo_trainer``).
+
+The config is validated in this process before Ray starts, so a wrong key, a missing file or an impossible batch
+size fails in seconds with a message naming it. Training then runs in a Ray actor (``TaskRunner``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import hydra
+import ray
+from omegaconf import OmegaConf, open_dict
+
+from verl.trainer.config_validation import check_ppo_config, resolve_device_name
+from verl.trainer.ppo.reward import load_reward_manager
+from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TaskRunner", "create_rl_dataset", "create_rl_sampler", "main", "run_ppo"]
+
+_RAY_ENV = {
+    "TOKENIZERS_PARALLELISM": "true",
+    "NCCL_DEBUG": "WARN",
+    "VLLM_LOGGING_LEVEL": "WARN",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true",
+}
+
+
+@hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
+def main(config) -> None:
+    run_ppo(config)
+
+
+def prepare_config(config) -> None:
+    """Validate ``config`` and resolve ``trainer.device``; raises ConfigError before anything expensive starts."""
+    check_ppo_config(config)
+    with open_dict(config):
+        config.trainer.device = resolve_device_name(config.trainer.device)
+
+
+def ray_init_kwargs(config) -> dict:
+    """Arguments for ``ray.init``: enough logical CPUs on a CPU box for the task runner plus one per worker."""
+    num_cpus = config.ray_init.get("num_cpus", None)
+    if num_cpus is None and config.trainer.device == "cpu":
+        workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
+        num_cpus = max(os.cpu_count() or 1, workers + 1)
+    return {"runtime_env": {"env_vars": dict(_RAY_ENV)}, "num_cpus": num_cpus}
+
+
+def run_ppo(config) -> None:
+    """Validate, start Ray (unless already running), and train in a ``TaskRunner`` actor."""
+    prepare_config(config)
+    if not ray.is_initialized():
+        ray.init(**ray_init_kwargs(config))
+    runner = TaskRunner.remote()
+    ray.get(runner.run.remote(config))
+    timeline = config.ray_init.get("timeline_json_file", None)
+    if timeline:
+        ray.timeline(filename=timeline)
+
+
+def worker_classes(config):
+    """(actor-rollout class, critic class, worker-group class) for ``actor_rollout_ref.actor.strategy``."""
+    strategy = config.actor_rollout_ref.actor.strategy
+    if strategy in ("fsdp", "fsdp2"):
+        from verl.single_controller.ray import RayWorkerGroup
+        from verl.workers.fsdp_workers import ActorRolloutRefWorker, AsyncActorRolloutRefWorker, CriticWorker
+
+        async_mode = config.actor_rollout_ref.rollout.get("mode", "sync") == "async"
+        actor_cls = AsyncActorRolloutRefWorker if async_mode else ActorRolloutRefWorker
+        return actor_cls, CriticWorker, RayWorkerGroup
+    if strategy == "megatron":
+        raise NotImplementedError(
+            "actor_rollout_ref.actor.strategy=megatron needs megatron-core on GPUs, which this build does not ship; "
+            "use fsdp or fsdp2"
+        )
+    raise NotImplementedError(f"actor_rollout_ref.actor.strategy={strategy!r}; expected fsdp, fsdp2 or megatron")
+
+
+def build_trainer(config, ray_worker_group_cls=None):
+    """Everything ``TaskRunner.run`` builds before ``init_workers``: tokenizer, roles, pools, rewards, data."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
+    from verl.utils.dataset.rl_dataset import collate_fn
+    from verl.utils.fs import copy_to_local
+    from verl.utils.tokenizer import hf_processor, hf_tokenizer
+
+    model_cfg = config.actor_rollout_ref.model
+    local_path = copy_to_local(model_cfg.path, use_shm=model_cfg.get("use_shm", False))
+    trust = config.data.get("trust_remote_code", False)
+    tokenizer = hf_tokenizer(local_path, trust_remote_code=trust)
+    processor = hf_processor(local_path, trust_remote_code=trust, use_fast=True)
+
+    actor_cls, critic_cls, default_wg_cls = worker_classes(config)
+    role_worker_mapping = {Role.ActorRollout: ray.remote(actor_cls), Role.Critic: ray.remote(critic_cls)}
+    pool = "global_pool"
+    mapping = {Role.ActorRollout: pool, Role.Critic: pool}
+    if config.reward_model.enable:
+        from verl.workers.fsdp_workers import RewardModelWorker
+
+        role_worker_mapping[Role.RewardModel] = ray.remote(RewardModelWorker)
+        mapping[Role.RewardModel] = pool
+    if config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
+        role_worker_mapping[Role.RefPolicy] = ray.remote(actor_cls)
+        mapping[Role.RefPolicy] = pool
+    resource_pool_manager = ResourcePoolManager(
+        resource_pool_spec={pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes},
+        mapping=mapping,
+        use_gpu=config.trainer.device != "cpu",
+    )
+    reward_kwargs = config.reward_model.get("reward_kwargs", {}) or {}
+    reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
+    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
+    train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor)
+    val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor)
+    return RayPPOTrainer(
+        config=config,
+        tokenizer=tokenizer,
+        processor=processor,
+        role_worker_mapping=role_worker_mapping,
+        resource_pool_manager=resource_pool_manager,
+        ray_worker_group_cls=ray_worker_group_cls or default_wg_cls,
+        reward_fn=reward_fn,
+        val_reward_fn=val_reward_fn,
+        train_dataset=train_dataset,
+        val_dataset=val_dataset,
+        collate_fn=collate_fn,
+        train_sampler=create_rl_sampler(config.data, train_dataset),
+        device_name=config.trainer.device,
+    )
+
+
+@ray.remote(num_cpus=1)
+class TaskRunner:
+    """Runs the single controller inside the Ray cluster (so it survives the driver's terminal closing)."""
+
+    def run(self, config) -> None:
+        logging.basicConfig(level=os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper())
+        print(OmegaConf.to_yaml(config, resolve=True))
+        OmegaConf.resolve(config)
+        trainer = build_trainer(config)
+        trainer.init_workers()
+        trainer.fit()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,595 @@
+"""The PPO-family trainer: a single controller that drives actor, rollout, reference, critic and reward workers.
+
+``RayPPOTrainer.fit`` reads as the algorithm: generate, score, recompute log-probs, reference, values, advantages,
+update critic, update actor. Each phase is one method; recipes subclass the trainer and override phases.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from copy import deepcopy
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf, open_dict
+
+from verl import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+from verl.single_controller.ray.base import create_colocated_worker_cls
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.checkpointing import CheckpointMixin
+from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughout_metrics,
+    compute_timing_metrics,
+    reduce_metrics,
+)
+from verl.trainer.ppo.reward import compute_reward, compute_reward_async
+from verl.trainer.ppo.validation import ValidationMixin
+from verl.utils.debug import marked_timer
+from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+from verl.utils.torch_functional import masked_mean
+
+logger = logging.getLogger(__name__)
+
+WorkerType = type[Worker]
+
+__all__ = [
+    "AdvantageEstimator",
+    "RayPPOTrainer",
+    "ResourcePoolManager",
+    "Role",
+    "WorkerType",
+    "apply_kl_penalty",
+    "compute_advantage",
+    "compute_response_mask",
+]
+
+# estimators that need no critic (gae is the one that does)
+_CRITIC_FREE = {
+    AdvantageEstimator.GRPO,
+    AdvantageEstimator.GRPO_PASSK,
+    AdvantageEstimator.REINFORCE_PLUS_PLUS,
+    AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE,
+    AdvantageEstimator.REMAX,
+    AdvantageEstimator.RLOO,
+    AdvantageEstimator.OPO,
+}
+
+
+class Role(Enum):
+    """The kinds of workers a trainer may create. Subclass to add roles."""
+
+    Actor = 0
+    Rollout = 1
+    ActorRollout = 2
+    Critic = 3
+    RefPolicy = 4
+    RewardModel = 5
+    ActorRolloutRef = 6
+
+
+@dataclass
+class ResourcePoolManager:
+    """Which processes each named pool has (``{"global_pool": [n_per_node] * nnodes}``) and which role uses which."""
+
+    resource_pool_spec: dict[str, list[int]]
+    mapping: dict[Role, str]
+    resource_pool_dict: dict[str, RayResourcePool] = field(default_factory=dict)
+    use_gpu: bool = True
+
+    def create_resource_pool(self) -> None:
+        """Create the Ray placement groups after checking that the cluster can hold them."""
+        self._check_resource_available()
+        for name, process_on_nodes in self.resource_pool_spec.items():
+            # one worker process per bundle; colocated roles share it through create_colocated_worker_cls
+            self.resource_pool_dict[name] = RayResourcePool(
+                process_on_nodes=process_on_nodes, use_gpu=self.use_gpu, max_colocate_count=1, name_prefix=name
+            )
+
+    def get_resource_pool(self, role: Role) -> RayResourcePool:
+        return self.resource_pool_dict[self.mapping[role]]
+
+    def get_n_gpus(self) -> int:
+        return sum(sum(nodes) for nodes in self.resource_pool_spec.values())
+
+    def _check_resource_available(self) -> None:
+        import ray
+
+        kind = "GPU" if self.use_gpu else "CPU"
+        per_node = {}
+        for node, resources in ray._private.state.available_resources_per_node().items():
+            amount = resources.get(kind, 0)
+            if self.use_gpu and amount == 0:
+                amount = resources.get("NPU", 0)
+            per_node[node] = amount
+        required = self.get_n_gpus()
+        available = sum(per_node.values())
+        if available < required:
+            raise ValueError(
+                f"the cluster has {available} {kind}s available but the resource pools need {required} "
+                f"({self.resource_pool_spec}); lower trainer.n_gpus_per_node / trainer.nnodes or add nodes"
+            )
+        free = list(per_node.values())
+        for name, process_on_nodes in self.resource_pool_spec.items():
+            need, count = process_on_nodes[0], len(process_on_nodes)
+            for i, amount in enumerate(free):
+                if count and amount >= need:
+                    free[i] -= need
+                    count -= 1
+            if count:
+                raise ValueError(
+                    f"Resource pool {name}: {count}*{need} cannot be satisfied in this ray cluster ({per_node})"
+                )
+
+
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """``attention_mask`` over the response columns ``(bs, response_length)``."""
+    response_length = data.batch["responses"].size(1)
+    return data.batch["attention_mask"][:, -response_length:]
+
+
+def apply_kl_penalty(data: DataProto, kl_ctrl, kl_penalty: str = "kl", multi_turn: bool = False):
+    """``token_level_rewards = token_level_scores - beta * KL(old || ref)``; updates the controller."""
+    response_length = data.batch["responses"].size(1)
+    if multi_turn:
+        mask = data.batch["loss_mask"][:, -response_length:]
+    else:
+        mask = data.batch["attention_mask"][:, -response_length:]
+    kld = core_algos.kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty=kl_penalty) * mask
+    beta = kl_ctrl.value
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
+    current_kl = torch.mean(masked_mean(kld, mask=mask, axis=-1)).item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
+    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+def compute_advantage(
+    data: DataProto,
+    adv_estimator,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    num_repeat: int = 1,
+    multi_turn: bool = False,
+    norm_adv_by_std_in_grpo: bool = True,
+    config=None,
+) -> DataProto:
+    """Write ``advantages`` and ``returns`` ``(bs, response_length)`` with the named estimator."""
+    if "response_mask" not in data.batch.keys():
+        data.batch["response_mask"] = compute_response_mask(data)
+    response_mask = data.batch["response_mask"]
+    if adv_estimator == AdvantageEstimator.GAE:
+        advantages, returns = core_algos.compute_gae_advantage_return(
+            token_level_rewards=data.batch["token_level_rewards"],
+            values=data.batch["values"],
+            response_mask=response_mask,
+            gamma=gamma,
+            lam=lam,
+        )
+        data.batch["advantages"], data.batch["returns"] = advantages, returns
+        if config is not None and config.get("use_pf_ppo", False):
+            pf = config.get("pf_ppo", {}) or {}
+            data = core_algos.compute_pf_ppo_reweight_data(
+                data, pf.get("reweight_method", "pow"), pf.get("weight_pow", 2.0)
+            )
+        return data
+    if adv_estimator == AdvantageEstimator.GRPO:
+        mask = data.batch["loss_mask"][:, -response_mask.shape[1] :] if multi_turn else response_mask
+        advantages, returns = core_algos.compute_grpo_outcome_advantage(
+            token_level_rewards=data.batch["token_level_rewards"],
+            response_mask=mask,
+            index=data.non_tensor_batch["uid"],
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        )
+    else:
+        estimator = core_algos.get_adv_estimator_fn(adv_estimator)
+        kwargs: dict[str, Any] = {
+            "token_level_rewards": data.batch["token_level_rewards"],
+            "response_mask": response_mask,
+            "config": config,
+        }
+        if "uid" in data.non_tensor_batch:
+            kwargs["index"] = data.non_tensor_batch["uid"]
+        if "reward_baselines" in data.batch.keys():
+            kwargs["reward_baselines"] = data.batch["reward_baselines"]
+        advantages, returns = estimator(**kwargs)
+    data.batch["advantages"], data.batch["returns"] = advantages, returns
+    return data
+
+
+class RayPPOTrainer(CheckpointMixin, ValidationMixin):
+    """Drives PPO, GRPO, RLOO, REINFORCE++, ReMax, ... over Ray (or in-process) worker groups."""
+
+    def __init__(
+        self,
+        config,
+        tokenizer,
+        role_worker_mapping: dict[Role, WorkerType],
+        resource_pool_manager: ResourcePoolManager,
+        ray_worker_group_cls: type[RayWorkerGroup] = RayWorkerGroup,
+        processor=None,
+        reward_fn=None,
+        val_reward_fn=None,
+        train_dataset=None,
+        val_dataset=None,
+        collate_fn=None,
+        train_sampler=None,
+        device_name: str = "cuda",
+    ):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.reward_fn = reward_fn
+        self.val_reward_fn = val_reward_fn
+        self.hybrid_engine = config.actor_rollout_ref.hybrid_engine
+        assert self.hybrid_engine, "only the hybrid engine (actor_rollout_ref.hybrid_engine=True) is supported"
+        assert Role.ActorRollout in role_worker_mapping, (
+            f"role_worker_mapping needs Role.ActorRollout, got {role_worker_mapping.keys()}"
+        )
+        self.role_worker_mapping = role_worker_mapping
+        self.resource_pool_manager = resource_pool_manager
+        self.ray_worker_group_cls = ray_worker_group_cls
+        self.device_name = device_name
+        self.use_reference_policy = Role.RefPolicy in role_worker_mapping
+        self.use_rm = Role.RewardModel in role_worker_mapping
+        self.ref_in_actor = config.actor_rollout_ref.model.get("lora_rank", 0) > 0
+        if config.algorithm.use_kl_in_reward:
+            self.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl)
+        estimator = config.algorithm.adv_estimator
+        if estimator == AdvantageEstimator.GAE:
+            self.use_critic = True
+        elif estimator in _CRITIC_FREE or estimator in core_algos.ADV_ESTIMATOR_REGISTRY:
+            self.use_critic = False
+        else:
+            raise NotImplementedError(f"algorithm.adv_estimator={estimator!r} is not a registered estimator")
+        from verl.utils.tracking import ValidationGenerationsLogger
+
+        self.validation_generations_logger = ValidationGenerationsLogger()
+        self._validate_config()
+        self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+
+    # --------------------------------------------------------------------------------------------------- setup
+    def _validate_config(self) -> None:
+        """The checks of ``check_ppo_config`` that need no files or devices (main_ppo ran the rest already)."""
+        from verl.trainer.config_validation import check_ppo_config
+
+        check_ppo_config(
+            self.config,
+            check_paths=False,
+            check_device=False,
+            extra_adv_estimators=tuple(core_algos.ADV_ESTIMATOR_REGISTRY),
+        )
+
+    def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
+        from torch.utils.data import DataLoader
+
+        from verl.utils.dataset.dataloader import StatefulDataLoader
+        from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
+        from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
+
+        data = self.config.data
+        if train_dataset is None:
+            train_dataset = create_rl_dataset(data.train_files, data, self.tokenizer, self.processor)
+        if val_dataset is None:
+            val_dataset = create_rl_dataset(data.val_files, data, self.tokenizer, self.processor)
+        self.train_dataset, self.val_dataset = train_dataset, val_dataset
+        if train_sampler is None:
+            train_sampler = create_rl_sampler(data, train_dataset)
+        collate_fn = collate_fn or default_collate_fn
+        batch_size = data.get("gen_batch_size", data.train_batch_size)
+        if len(train_dataset) < batch_size:
+            raise ValueError(
+                f"data.train_batch_size={batch_size} is larger than the training set ({len(train_dataset)} prompts "
+                f"after filtering, from {data.train_files})"
+            )
+        self.train_dataloader = StatefulDataLoader(
+            dataset=train_dataset,
+            batch_size=batch_size,
+            num_workers=data.get("dataloader_num_workers", 0),
+            drop_last=True,
+            collate_fn=collate_fn,
+            sampler=train_sampler,
+        )
+        val_batch_size = data.get("val_batch_size", None) or len(val_dataset)
+        self.val_dataloader = DataLoader(
+            dataset=val_dataset,
+            batch_size=val_batch_size,
+            num_workers=data.get("dataloader_num_workers", 0),
+            shuffle=data.get("validation_shuffle", False),
+            drop_last=False,
+            collate_fn=collate_fn,
+        )
+        assert len(self.train_dataloader) >= 1, "the training dataloader is empty"
+        assert len(self.val_dataloader) >= 1, "the validation dataloader is empty"
+        total = len(self.train_dataloader) * self.config.trainer.total_epochs
+        if self.config.trainer.get("total_training_steps", None) is not None:
+            total = self.config.trainer.total_training_steps
+        self.total_training_steps = total
+        with open_dict(self.config):
+            self.config.actor_rollout_ref.actor.optim.total_training_steps = total
+            self.config.critic.optim.total_training_steps = total
+
+    def init_workers(self) -> None:
+        """Create the resource pools and the (colocated) worker groups, then build the models."""
+        self.resource_pool_manager.create_resource_pool()
+        pool_to_classes: dict[RayResourcePool, dict[str, RayClassWithInitArgs]] = {
+            pool: {} for pool in self.resource_pool_manager.resource_pool_dict.values()
+        }
+
+        def add(which: Role, key: str, **init_kwargs):
+            pool = self.resource_pool_manager.get_resource_pool(which)
+            pool_to_classes[pool][key] = RayClassWithInitArgs(cls=self.role_worker_mapping[which], **init_kwargs)
+
+        add(Role.ActorRollout, "actor_rollout", config=self.config.actor_rollout_ref, role="actor_rollout")
+        if self.use_critic:
+            add(Role.Critic, "critic", config=self.config.critic)
+        if self.use_reference_policy:
+            add(Role.RefPolicy, "ref", config=self.config.actor_rollout_ref, role="ref")
+        if self.use_rm:
+            add(Role.RewardModel, "rm", config=self.config.reward_model)
+
+        wg_kwargs = {}
+        timeout = self.config.trainer.get("ray_wait_register_center_timeout", None)
+        if timeout is not None:
+            wg_kwargs["ray_wait_register_center_timeout"] = timeout
+        all_wg = {}
+        for pool, class_dict in pool_to_classes.items():
+            if not class_dict:
+                continue
+            worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
+            wg_dict = self.ray_worker_group_cls(
+                resource_pool=pool, ray_cls_with_init=worker_dict_cls, device_name=self.device_name, **wg_kwargs
+            )
+            all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
+
+        # the rollout engine is built last so it sizes its cache after the other models are resident
+        if self.use_critic:
+            self.critic_wg = all_wg["critic"]
+            self.critic_wg.init_model()
+        if self.use_reference_policy and not self.ref_in_actor:
+            self.ref_policy_wg = all_wg["ref"]
+            self.ref_policy_wg.init_model()
+        if self.use_rm:
+            self.rm_wg = all_wg["rm"]
+            self.rm_wg.init_model()
+        self.actor_rollout_wg = all_wg["actor_rollout"]
+        self.actor_rollout_wg.init_model()
+        self.async_rollout_mode = self.config.actor_rollout_ref.rollout.get("mode", "sync") == "async"
+        if self.async_rollout_mode:
+            raise NotImplementedError("rollout.mode=async is not supported yet; use rollout.mode=sync")
+
+    # ------------------------------------------------------------------------------------------------ phases
+    def _generate(self, batch: DataProto, timing_raw: dict) -> DataProto:
+        """Sample ``rollout.n`` responses per prompt and merge them (interleaved) into the repeated batch."""
+        gen_batch = self._pop_generation_inputs(batch)
+        with marked_timer("gen", timing_raw):
+            gen_output = self.actor_rollout_wg.generate_sequences(gen_batch)
+            timing_raw.update(gen_output.meta_info.pop("timing", {}))
+        if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
+            with marked_timer("gen_max", timing_raw):
+                batch.batch["reward_baselines"] = self._greedy_baseline(batch, gen_batch)
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        batch = batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)
+        batch = batch.union(gen_output)
+        batch.batch["response_mask"] = compute_response_mask(batch)
+        return batch
+
+    def _pop_generation_inputs(self, batch: DataProto) -> DataProto:
+        optional = ("multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs")
+        non_tensor_keys = ["raw_prompt_ids"] if "raw_prompt_ids" in batch.non_tensor_batch else []
+        non_tensor_keys += [k for k in optional if k in batch.non_tensor_batch]
+        return batch.pop(
+            batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=non_tensor_keys
+        )
+
+    def _greedy_baseline(self, batch: DataProto, gen_batch: DataProto) -> torch.Tensor:
+        """ReMax: the reward of the greedy response to each prompt, ``(bs,)``."""
+        baseline_batch = deepcopy(gen_batch)
+        baseline_batch.meta_info["do_sample"] = False
+        baseline_out = self.actor_rollout_wg.generate_sequences(baseline_batch)
+        scored = deepcopy(batch).union(baseline_out)
+        reward_tensor, _ = compute_reward(scored, self.reward_fn)
+        return reward_tensor.sum(dim=-1)
+
+    def _balance_batch(self, batch: DataProto, metrics: dict, logging_prefix: str = "global_seqlen") -> None:
+        """Reorder rows so each data-parallel rank gets about the same number of tokens."""
+        attention_mask = batch.batch["attention_mask"]
+        seqlens = attention_mask.view(attention_mask.shape[0], -1).sum(-1).tolist()
+        world_size = self.actor_rollout_wg.world_size
+        partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world_size, equal_size=True)
+        batch.reorder(torch.tensor([i for partition in partitions for i in partition]))
+        metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix=logging_prefix))
+
+    def _compute_reward(self, batch: DataProto):
+        """Reward-model scores (if any), then the rule reward: ``(reward_tensor, extra_infos)`` or a future."""
+        if self.use_rm:
+            batch = batch.union(self.rm_wg.compute_rm_score(batch))
+        if self.config.reward_model.get("launch_reward_fn_async", False):
+            return batch, compute_reward_async.remote(batch, self.config, self.tokenizer)
+        return batch, compute_reward(batch, self.reward_fn)
+
+    def _compute_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
+        old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
+        entropys = old_log_prob.batch.pop("entropys")
+        loss_agg_mode = self.config.actor_rollout_ref.actor.loss_agg_mode
+        metrics["actor/entropy"] = agg_loss(entropys, batch.batch["response_mask"], loss_agg_mode).item()
+        batch = batch.union(old_log_prob)
+        if "rollout_log_probs" in batch.batch.keys():
+            metrics.update(self._rollout_probs_diff(batch))
+        return batch
+
+    @staticmethod
+    def _rollout_probs_diff(batch: DataProto) -> dict:
+        """How far the rollout engine's sampling probabilities are from the actor's recomputed ones."""
+        mask = batch.batch["response_mask"].bool()
+        diff = torch.abs(torch.exp(batch.batch["rollout_log_probs"]) - torch.exp(batch.batch["old_log_probs"]))
+        diff = diff[mask]
+        return {
+            "training/rollout_probs_diff_max": diff.max().item(),
+            "training/rollout_probs_diff_mean": diff.mean().item(),
+            "training/rollout_probs_diff_std": diff.std().item(),
+        }
+
+    def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        if self.ref_in_actor:
+            return batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+        return batch.union(self.ref_policy_wg.compute_ref_log_prob(batch))
+
+    def _compute_advantage(self, batch: DataProto, reward, metrics: dict) -> DataProto:
+        if not isinstance(reward, tuple):  # a future from compute_reward_async
+            import ray
+
+            reward = ray.get(reward)
+        reward_tensor, reward_extra_infos = reward
+        batch.batch["token_level_scores"] = reward_tensor
+        if reward_extra_infos:
+            batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos.items()})
+        algorithm = self.config.algorithm
+        if algorithm.use_kl_in_reward:
+            multi_turn = self.config.actor_rollout_ref.rollout.multi_turn.enable
+            batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, algorithm.kl_penalty, multi_turn)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        return compute_advantage(
+            batch,
+            adv_estimator=algorithm.adv_estimator,
+            gamma=algorithm.gamma,
+            lam=algorithm.lam,
+            num_repeat=self.config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+            multi_turn=self.config.actor_rollout_ref.rollout.multi_turn.enable,
+            config=algorithm,
+        )
+
+    def _update_critic(self, batch: DataProto, metrics: dict) -> None:
+        output = self.critic_wg.update_critic(batch)
+        metrics.update(reduce_metrics(output.meta_info["metrics"]))
+
+    def _update_actor(self, batch: DataProto, metrics: dict) -> None:
+        batch.meta_info["multi_turn"] = self.config.actor_rollout_ref.rollout.multi_turn.enable
+        output = self.actor_rollout_wg.update_actor(batch)
+        metrics.update(reduce_metrics(output.meta_info["metrics"]))
+
+    # --------------------------------------------------------------------------------------------------- loop
+    def train_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto, dict]:
+        """One RL step on a batch of prompts; returns the full batch and its metrics."""
+        metrics: dict = {}
+        batch = self._generate(batch, timing_raw)
+        if self.config.trainer.balance_batch:
+            self._balance_batch(batch, metrics)
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+        with marked_timer("reward", timing_raw):
+            batch, reward = self._compute_reward(batch)
+        with marked_timer("old_log_prob", timing_raw):
+            batch = self._compute_old_log_prob(batch, metrics)
+        if self.use_reference_policy:
+            with marked_timer("ref", timing_raw):
+                batch = self._compute_ref_log_prob(batch)
+        if self.use_critic:
+            with marked_timer("values", timing_raw):
+                batch = batch.union(self.critic_wg.compute_values(batch))
+        with marked_timer("adv", timing_raw):
+            batch = self._compute_advantage(batch, reward, metrics)
+        if self.use_critic:
+            with marked_timer("update_critic", timing_raw):
+                self._update_critic(batch, metrics)
+        if self.config.trainer.critic_warmup <= self.global_steps:
+            with marked_timer("update_actor", timing_raw):
+                self._update_actor(batch, metrics)
+        if self.config.trainer.get("rollout_data_dir", None):
+            with marked_timer("dump_rollout_generations", timing_raw):
+                self._dump_rollout(batch)
+        return batch, metrics
+
+    def fit(self) -> None:
+        """The training loop: validate, then train_step per batch with validation and checkpoints as configured."""
+        from verl.utils.tracking import Tracking
+
+        trainer_cfg = self.config.trainer
+        self.tracker = Tracking(
+            project_name=trainer_cfg.project_name,
+            experiment_name=trainer_cfg.experiment_name,
+            default_backend=trainer_cfg.logger,
+            config=OmegaConf.to_container(self.config, resolve=True),
+        )
+        self.global_steps = 0
+        self._load_checkpoint()
+        reporter = self._make_reporter()
+        if self.val_reward_fn is not None and trainer_cfg.get("val_before_train", True):
+            val_metrics = self._validate()
+            assert val_metrics, f"validation returned no metrics: {val_metrics}"
+            self.tracker.log(data=val_metrics, step=self.global_steps)
+            reporter.on_validation(self.global_steps, val_metrics)
+            if trainer_cfg.get("val_only", False):
+                reporter.finish()
+                return
+        self.global_steps += 1
+        last_val_metrics = None
+        steps_per_epoch = len(self.train_dataloader)
+        for epoch in range((self.global_steps - 1) // steps_per_epoch, trainer_cfg.total_epochs):
+            for batch_dict in self.train_dataloader:
+                timing_raw: dict = {}
+                is_last_step = self.global_steps >= self.total_training_steps
+                self._start_profiling()
+                with marked_timer("step", timing_raw):
+                    batch, metrics = self.train_step(DataProto.from_single_dict(batch_dict), timing_raw)
+                    val_metrics = self._maybe_validate(is_last_step, timing_raw)
+                    if val_metrics:
+                        metrics.update(val_metrics)
+                        reporter.on_validation(self.global_steps, val_metrics)
+                        last_val_metrics = val_metrics if is_last_step else last_val_metrics
+                    self._maybe_save_checkpoint(is_last_step, timing_raw)
+                self._stop_profiling()
+                metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
+                metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
+                metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
+                n_gpus = self.resource_pool_manager.get_n_gpus()
+                metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
+                self.tracker.log(data=metrics, step=self.global_steps)
+                reporter.on_step(self.global_steps, metrics)
+                self.global_steps += 1
+                if is_last_step:
+                    if last_val_metrics:
+                        logger.warning("final validation metrics: %s", last_val_metrics)
+                    reporter.finish()
+                    return
+        reporter.finish()
+
+    def _maybe_validate(self, is_last_step: bool, timing_raw: dict) -> dict | None:
+        test_freq = self.config.trainer.test_freq
+        if self.val_reward_fn is None or test_freq <= 0:
+            return None
+        if not (is_last_step or self.global_steps % test_freq == 0):
+            return None
+        with marked_timer("testing", timing_raw):
+            return self._validate()
+
+    def _maybe_save_checkpoint(self, is_last_step: bool, timing_raw: dict) -> None:
+        save_freq = self.config.trainer.save_freq
+        if save_freq > 0 and (is_last_step or self.global_steps % save_freq == 0):
+            with marked_timer("save_checkpoint", timing_raw):
+                self._save_checkpoint()
+
+    def _profiling_groups(self) -> list:
+        groups = [self.actor_rollout_wg]
+        for name in ("ref_policy_wg", "critic_wg", "rm_wg"):
+            if hasattr(self, name):
+                groups.append(getattr(self, name))
+        return groups
+
+    def _start_profiling(self) -> None:
+        if self.global_steps in (self.config.trainer.get("profile_steps", None) or []):
+            for group in self._profiling_groups():
+                group.start_profile()
+
+    def _stop_profiling(self) -> None:
+        if self.global_steps in (self.config.trainer.get("profile_steps", None) or []):
+            for group in self._profiling_groups():
+                group.stop_profile()

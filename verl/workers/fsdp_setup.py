@@ -1,0 +1,148 @@
+"""Building blocks the FSDP workers share: process group, device mesh, HF model loading, LoRA, optimizer."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+
+from verl.utils.device import get_device_name, get_dist_backend, is_accelerator_available
+from verl.utils.fsdp_utils import get_init_weight_context_manager, get_sharding_strategy  # noqa: F401 (re-export)
+from verl.utils.torch_dtypes import PrecisionType
+
+logger = logging.getLogger(__name__)
+
+
+def init_distributed() -> None:
+    """Join the worker group's torch.distributed group (env:// rendezvous), once per process."""
+    if dist.is_initialized():
+        return
+    dist.init_process_group(
+        backend=get_dist_backend(),
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        init_method=os.environ.get("DIST_INIT_METHOD", None),
+    )
+
+
+def create_device_mesh(world_size: int, fsdp_size: int):
+    """1-D ``("fsdp",)`` mesh, or 2-D ``("ddp", "fsdp")`` (hybrid sharding) when ``0 < fsdp_size < world_size``."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    device = get_device_name()
+    if fsdp_size < 0 or fsdp_size >= world_size:
+        return init_device_mesh(device, mesh_shape=(world_size,), mesh_dim_names=("fsdp",))
+    if world_size % fsdp_size != 0:
+        raise ValueError(f"fsdp_config.fsdp_size={fsdp_size} must divide the world size {world_size}")
+    return init_device_mesh(device, mesh_shape=(world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+
+
+def model_dtype(fsdp_config, is_trainable: bool) -> torch.dtype:
+    """Parameter dtype: ``fsdp_config.model_dtype`` if set; else fp32 for trained models (the optimizer needs fp32
+    masters) and on CPU (bf16 is emulated there), bf16 for frozen models on accelerators."""
+    name = fsdp_config.get("model_dtype", None) if fsdp_config is not None else None
+    if name is not None:
+        return PrecisionType.to_dtype(name)
+    if is_trainable or not is_accelerator_available():
+        return torch.float32
+    return torch.bfloat16
+
+
+def attn_implementation() -> str:
+    """flash_attention_2 where the package is there (GPU), else PyTorch's sdpa."""
+    if is_accelerator_available():
+        try:
+            import flash_attn  # noqa: F401
+
+            return "flash_attention_2"
+        except ImportError:
+            pass
+    return "sdpa"
+
+
+def load_hf_config(local_path: str, tokenizer, override_config, trust_remote_code: bool, **extra):
+    """The model config with the tokenizer's special-token ids and the user's ``override_config`` applied."""
+    from transformers import AutoConfig
+
+    from verl.utils.model import update_model_config
+
+    hf_config = AutoConfig.from_pretrained(local_path, trust_remote_code=trust_remote_code, **extra)
+    overrides = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if override_config:
+        overrides.update(OmegaConf.to_container(override_config) if isinstance(override_config, DictConfig) else {})
+    update_model_config(hf_config, overrides)
+    return hf_config
+
+
+def load_hf_model(auto_cls, local_path: str, hf_config, dtype: torch.dtype, trust_remote_code: bool, mesh):
+    """Rank 0 reads the weights; other ranks build an empty (meta) model that FSDP fills by broadcast."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    attn = attn_implementation()
+    if rank == 0:
+        return auto_cls.from_pretrained(
+            local_path, config=hf_config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation=attn
+        )
+    # tied embeddings cannot be rebuilt from meta tensors: build real (random) weights, replaced by rank 0's
+    init_context = get_init_weight_context_manager(use_meta_tensor=not hf_config.tie_word_embeddings, mesh=mesh)
+    with init_context():
+        model = auto_cls.from_config(hf_config, dtype=dtype, trust_remote_code=trust_remote_code)
+    model.config._attn_implementation = attn
+    return model
+
+
+def apply_lora(module, model_config, task_type: str = "CAUSAL_LM"):
+    """Wrap ``module`` with PEFT LoRA adapters (``lora_rank``, ``lora_alpha``, ``target_modules``)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    target_modules = model_config.get("target_modules", "all-linear")
+    if isinstance(target_modules, DictConfig | list) or OmegaConf.is_list(target_modules):
+        target_modules = list(target_modules)
+    module.enable_input_require_grads()
+    lora_config = LoraConfig(
+        task_type=getattr(TaskType, task_type),
+        r=model_config.lora_rank,
+        lora_alpha=model_config.lora_alpha,
+        target_modules=target_modules,
+        bias="none",
+    )
+    return get_peft_model(module, lora_config)
+
+
+def build_optimizer(module: torch.nn.Module, optim_config):
+    """AdamW plus the warmup scheduler ``optim.warmup_style`` names (constant or cosine)."""
+    from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
+
+    betas = tuple(optim_config.get("betas", (0.9, 0.999)))
+    optimizer = torch.optim.AdamW(
+        [p for p in module.parameters() if p.requires_grad],
+        lr=optim_config.lr,
+        betas=betas,
+        weight_decay=optim_config.get("weight_decay", 0.01),
+    )
+    total_steps = int(optim_config.get("total_training_steps", -1) or -1)
+    warmup_steps = int(optim_config.get("lr_warmup_steps", -1) or -1)
+    if warmup_steps < 0:
+        warmup_steps = int(float(optim_config.get("lr_warmup_steps_ratio", 0.0)) * max(total_steps, 0))
+    style = optim_config.get("warmup_style", "constant")
+    if style == "constant":
+        scheduler = get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup_steps)
+    elif style == "cosine":
+        if total_steps <= 0:
+            raise ValueError("optim.warmup_style=cosine needs optim.total_training_steps > 0 (the trainer sets it)")
+        scheduler = get_cosine_schedule_with_warmup(
+            optimizer,
+            num_warmup_steps=warmup_steps,
+            num_training_steps=total_steps,
+            min_lr_ratio=optim_config.get("min_lr_ratio", 0.0) or 0.0,
+            num_cycles=optim_config.get("num_cycles", 0.5),
+        )
+    else:
+        raise ValueError(f"optim.warmup_style={style!r} is not supported; expected 'constant' or 'cosine'")
+    return optimizer, scheduler
