@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from verl.utils.generation_dump import dump_generations, load_generations, rollout_generations
+from verl.utils.generation_dump import (
+    dump_generations,
+    load_generations,
+    rollout_generations,
+    select_val_generations,
+)
 
 
 def test_dump_writes_one_line_per_sample_with_matching_extra_infos(tmp_path):
@@ -79,3 +84,19 @@ def test_rollout_generations_decodes_and_sums_scores():
     assert inputs == ["hi", "hi there"]
     assert outputs == ["!", "there !"]
     assert scores == [1.0, 0.5]
+
+
+def test_select_val_generations_is_stable_across_input_order():
+    inputs = [f"prompt {i}" for i in range(10)]
+    outputs = [f"out {i}" for i in range(10)]
+    scores = np.arange(10, dtype=np.float32) / 10
+    picked = select_val_generations(inputs, outputs, scores, n=3)
+    assert len(picked) == 3 and len({p[0] for p in picked}) == 3
+    for inp, out, score in picked:  # samples stay aligned
+        i = int(inp.split()[1])
+        assert out == f"out {i}" and score == pytest.approx(i / 10) and isinstance(score, float)
+    order = list(reversed(range(10)))  # same samples arriving in another order -> same pick
+    again = select_val_generations([inputs[i] for i in order], [outputs[i] for i in order], scores[order], n=3)
+    assert again == picked
+    assert select_val_generations(inputs, outputs, scores, n=0) == []
+    assert len(select_val_generations(inputs, outputs, scores, n=50)) == 10

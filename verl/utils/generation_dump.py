@@ -13,9 +13,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["dump_generations", "load_generations", "rollout_generations"]
+__all__ = ["dump_generations", "load_generations", "rollout_generations", "select_val_generations"]
 
 
 def _plain(value: Any) -> Any:
@@ -74,6 +76,20 @@ def dump_generations(
             f.write(json.dumps(entry, ensure_ascii=False) + "\n")
     logger.info("dumped %d generations to %s", n, path)
     return path
+
+
+def select_val_generations(
+    inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float], n: int, seed: int = 42
+) -> list[tuple[str, str, float]]:
+    """The `trainer.log_val_generations` samples: first `n` of (input, output, score) sorted by input, then shuffled.
+
+    The fixed seed shows the same prompts at every validation, whatever order the samples arrived in.
+    """
+    if n <= 0:
+        return []
+    samples = sorted(zip(inputs, outputs, _plain(scores)), key=lambda sample: sample[0])
+    order = np.random.RandomState(seed).permutation(len(samples))
+    return [samples[i] for i in order[:n]]
 
 
 def load_generations(path: str) -> list[dict]:
