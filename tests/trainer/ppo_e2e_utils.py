@@ -93,3 +93,49 @@ def run_main_ppo(overrides: list[str], cwd: str, timeout: int = 600) -> subproce
         text=True,
         timeout=timeout,
     )
+
+
+REWARD_FN = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Dense toy reward: the share of digits in the response (varies between samples of a random model)."""
+    if not solution_str:
+        return 0.0
+    return sum(ch.isdigit() for ch in solution_str) / len(solution_str)
+'''
+
+
+def write_reward_fn(root) -> str:
+    path = os.path.join(str(root), "digit_reward.py")
+    with open(path, "w") as f:
+        f.write(REWARD_FN)
+    return path
+
+
+def compose_config(overrides: list[str]):
+    """The ppo_trainer config with ``overrides``, composed as the Hydra app would."""
+    from hydra import compose, initialize_config_dir
+
+    import verl.trainer
+
+    config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def parse_console_metrics(stdout: str) -> list[dict]:
+    """The ``step:N - key:value - ...`` lines of the console logger, as dicts."""
+    steps = []
+    for line in stdout.splitlines():
+        start = line.find("step:")
+        if start < 0 or " - " not in line[start:]:
+            continue
+        entry = {}
+        for part in line[start:].split(" - "):
+            key, _, value = part.rpartition(":")
+            try:
+                entry[key.strip()] = float(value)
+            except ValueError:
+                continue
+        if "step" in entry:
+            steps.append(entry)
+    return steps

@@ -102,6 +102,8 @@ class ResourcePoolManager:
     def _check_resource_available(self) -> None:
         import ray
 
+        if not ray.is_initialized():  # in-process worker groups need no cluster
+            return
         kind = "GPU" if self.use_gpu else "CPU"
         per_node = {}
         for node, resources in ray._private.state.available_resources_per_node().items():
@@ -450,6 +452,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         batch.batch["token_level_scores"] = reward_tensor
         if reward_extra_infos:
             batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos.items()})
+        batch.meta_info["reward_extra_keys"] = list(reward_extra_infos or {})
         algorithm = self.config.algorithm
         if algorithm.use_kl_in_reward:
             multi_turn = self.config.actor_rollout_ref.rollout.multi_turn.enable
@@ -505,7 +508,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
                 self._update_actor(batch, metrics)
         if self.config.trainer.get("rollout_data_dir", None):
             with marked_timer("dump_rollout_generations", timing_raw):
-                self._dump_rollout(batch)
+                self._dump_rollout(batch, batch.meta_info.get("reward_extra_keys", []))
         return batch, metrics
 
     def fit(self) -> None:
@@ -529,38 +532,49 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             reporter.on_validation(self.global_steps, val_metrics)
             if trainer_cfg.get("val_only", False):
                 reporter.finish()
+                self.tracker.finish()
                 return
         self.global_steps += 1
         last_val_metrics = None
-        steps_per_epoch = len(self.train_dataloader)
-        for epoch in range((self.global_steps - 1) // steps_per_epoch, trainer_cfg.total_epochs):
-            for batch_dict in self.train_dataloader:
-                timing_raw: dict = {}
-                is_last_step = self.global_steps >= self.total_training_steps
-                self._start_profiling()
-                with marked_timer("step", timing_raw):
-                    batch, metrics = self.train_step(DataProto.from_single_dict(batch_dict), timing_raw)
-                    val_metrics = self._maybe_validate(is_last_step, timing_raw)
-                    if val_metrics:
-                        metrics.update(val_metrics)
-                        reporter.on_validation(self.global_steps, val_metrics)
-                        last_val_metrics = val_metrics if is_last_step else last_val_metrics
-                    self._maybe_save_checkpoint(is_last_step, timing_raw)
-                self._stop_profiling()
-                metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
-                metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
-                metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
-                n_gpus = self.resource_pool_manager.get_n_gpus()
-                metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
-                self.tracker.log(data=metrics, step=self.global_steps)
-                reporter.on_step(self.global_steps, metrics)
-                self.global_steps += 1
-                if is_last_step:
-                    if last_val_metrics:
-                        logger.warning("final validation metrics: %s", last_val_metrics)
-                    reporter.finish()
-                    return
+        for epoch, batch_dict in self._train_batches():
+            timing_raw: dict = {}
+            is_last_step = self.global_steps >= self.total_training_steps
+            self._start_profiling()
+            with marked_timer("step", timing_raw):
+                batch, metrics = self.train_step(DataProto.from_single_dict(batch_dict), timing_raw)
+                val_metrics = self._maybe_validate(is_last_step, timing_raw)
+                if val_metrics:
+                    metrics.update(val_metrics)
+                    reporter.on_validation(self.global_steps, val_metrics)
+                    last_val_metrics = val_metrics
+                self._maybe_save_checkpoint(is_last_step, timing_raw)
+            self._stop_profiling()
+            metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
+            metrics.update(self._step_metrics(batch, timing_raw))
+            self.tracker.log(data=metrics, step=self.global_steps)
+            reporter.on_step(self.global_steps, metrics)
+            self.global_steps += 1
+            if is_last_step:
+                break
+        if last_val_metrics:
+            logger.warning("final validation metrics: %s", last_val_metrics)
         reporter.finish()
+        self.tracker.finish()
+
+    def _train_batches(self):
+        """(epoch, batch) pairs from the epoch the (possibly resumed) step falls in to ``total_epochs``."""
+        steps_per_epoch = len(self.train_dataloader)
+        for epoch in range((self.global_steps - 1) // steps_per_epoch, self.config.trainer.total_epochs):
+            for batch_dict in self.train_dataloader:
+                yield epoch, batch_dict
+
+    def _step_metrics(self, batch: DataProto, timing_raw: dict) -> dict:
+        """Data, timing and throughput metrics of a finished step (verl's names)."""
+        metrics = compute_data_metrics(batch=batch, use_critic=self.use_critic)
+        metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
+        n_gpus = self.resource_pool_manager.get_n_gpus()
+        metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
+        return metrics
 
     def _maybe_validate(self, is_last_step: bool, timing_raw: dict) -> dict | None:
         test_freq = self.config.trainer.test_freq

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections import defaultdict
 
 import numpy as np
@@ -12,26 +10,9 @@ import numpy as np
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.metric_utils import process_validation_metrics
+from verl.utils.generation_dump import dump_generations, rollout_generations, select_val_generations
 
 logger = logging.getLogger(__name__)
-
-
-def dump_generations(dump_path: str, step: int, inputs, outputs, scores, reward_extra_infos: dict) -> str:
-    """Write ``{dump_path}/{step}.jsonl``: one JSON object per sample (input, output, score, step, extra infos)."""
-    os.makedirs(dump_path, exist_ok=True)
-    path = os.path.join(dump_path, f"{step}.jsonl")
-    n = len(inputs)
-    extras = {k: v for k, v in reward_extra_infos.items() if len(v) == n}
-    with open(path, "w") as f:
-        for i in range(n):
-            row = {"input": inputs[i], "output": outputs[i], "score": scores[i], "step": step}
-            row.update({k: _plain(v[i]) for k, v in extras.items()})
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return path
-
-
-def _plain(value):
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def name_validation_metrics(per_source: dict) -> dict[str, float]:
@@ -55,19 +36,6 @@ def name_validation_metrics(per_source: dict) -> dict[str, float]:
                 section = "val-core" if is_core else "val-aux"
                 metrics[f"{section}/{source}/{var_name}/{metric_name}"] = value
     return metrics
-
-
-class _NullReporter:
-    """Stands in when run reports are switched off (``trainer.run_report=False``)."""
-
-    def on_step(self, step, metrics):
-        pass
-
-    def on_validation(self, step, metrics):
-        pass
-
-    def finish(self):
-        pass
 
 
 class ValidationMixin:
@@ -112,7 +80,8 @@ class ValidationMixin:
         self._maybe_log_val_generations(sample_inputs, sample_outputs, sample_scores)
         dump_dir = self.config.trainer.get("validation_data_dir", None)
         if dump_dir:
-            dump_generations(dump_dir, self.global_steps, sample_inputs, sample_outputs, sample_scores, infos)
+            extra = {k: v for k, v in infos.items() if k != "reward"}
+            dump_generations(sample_inputs, sample_outputs, sample_scores, extra, dump_dir, self.global_steps)
         for key, values in infos.items():
             assert len(values) in (0, len(sample_scores)), (
                 f"reward_extra_info[{key!r}] has {len(values)} values for {len(sample_scores)} samples"
@@ -122,36 +91,25 @@ class ValidationMixin:
 
     def _maybe_log_val_generations(self, inputs, outputs, scores) -> None:
         count = self.config.trainer.get("log_val_generations", 0)
-        if not count:
-            return
-        samples = sorted(zip(inputs, outputs, scores), key=lambda x: x[0])
-        rng = np.random.RandomState(42)
-        rng.shuffle(samples)
-        self.validation_generations_logger.log(self.config.trainer.logger, samples[:count], self.global_steps)
+        if count > 0:
+            samples = select_val_generations(inputs, outputs, scores, count)
+            self.validation_generations_logger.log(self.config.trainer.logger, samples, self.global_steps)
 
-    def _dump_rollout(self, batch: DataProto) -> None:
+    def _dump_rollout(self, batch: DataProto, reward_extra_keys) -> None:
         """Write this step's training samples to ``trainer.rollout_data_dir``."""
-        extras = {
-            k: v.tolist()
-            for k, v in batch.non_tensor_batch.items()
-            if k not in ("uid", "raw_prompt_ids", "raw_prompt") and isinstance(v, np.ndarray) and v.ndim == 1
-        }
-        dump_generations(
-            self.config.trainer.rollout_data_dir,
-            self.global_steps,
-            self._decode(batch.batch["prompts"]),
-            self._decode(batch.batch["responses"]),
-            batch.batch["token_level_scores"].sum(-1).tolist(),
-            extras,
-        )
+        inputs, outputs, scores = rollout_generations(batch, self.tokenizer)
+        extra = {k: batch.non_tensor_batch[k].tolist() for k in reward_extra_keys if k in batch.non_tensor_batch}
+        dump_generations(inputs, outputs, scores, extra, self.config.trainer.rollout_data_dir, self.global_steps)
 
     def _make_reporter(self):
-        """Progress bar, learning curve and Markdown report in the experiment folder (``trainer.run_report``)."""
-        if not self.config.trainer.get("run_report", True):
-            return _NullReporter()
-        try:
-            from verl.utils.run_report import RunReporter
-        except ImportError:
-            return _NullReporter()
-        out_dir = self.config.trainer.get("report_dir", None) or self._checkpoint_root()
-        return RunReporter(out_dir, total_steps=self.total_training_steps, initial_step=self.global_steps)
+        """Progress bar with ETA, learning curve and report.md in the experiment folder (``trainer.run_report``)."""
+        from verl.utils.run_report import RunReporter
+
+        trainer = self.config.trainer
+        return RunReporter(
+            trainer.default_local_dir,
+            total_steps=self.total_training_steps,
+            enabled=trainer.get("run_report", True),
+            initial_step=self.global_steps,
+            run_name=f"{trainer.project_name}/{trainer.experiment_name}",
+        )

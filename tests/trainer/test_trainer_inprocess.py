@@ -1,0 +1,117 @@
+"""RayPPOTrainer with the in-process worker group: every estimator for one step, KL variants, a recipe subclass.
+
+No Ray actors: the workers live in this process, which is also how a user debugs a step.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_workspace, write_reward_fn
+from verl.single_controller.inprocess import InProcessWorkerGroup
+from verl.trainer.main_ppo import build_trainer, prepare_config
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ppo_inprocess")
+    ws = make_workspace(root)
+    ws["reward"] = write_reward_fn(root)
+    yield ws
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def single_process_config(ws, estimator, extra=()):
+    overrides = base_overrides(ws, estimator, steps=1) + [
+        "trainer.n_gpus_per_node=1",
+        "trainer.resume_mode=disable",
+        f"custom_reward_function.path={ws['reward']}",
+        "trainer.run_report=False",
+        *extra,
+    ]
+    config = compose_config(overrides)
+    prepare_config(config)
+    return config
+
+
+def actor_params(trainer) -> dict[str, torch.Tensor]:
+    worker = trainer.actor_rollout_wg.workers[0].worker_dict["actor_rollout"]
+    return {k: v.detach().clone() for k, v in worker.actor_module.state_dict().items()}
+
+
+class RecordingTrainer(RayPPOTrainer):
+    """A recipe-style subclass: records every step's metrics and overrides one phase."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.logged, self.advantage_calls = [], 0
+
+    def _compute_advantage(self, batch, reward, metrics):
+        self.advantage_calls += 1
+        return super()._compute_advantage(batch, reward, metrics)
+
+    def train_step(self, batch, timing_raw):
+        batch, metrics = super().train_step(batch, timing_raw)
+        self.logged.append(metrics)
+        return batch, metrics
+
+
+def run_one_step(config, trainer_cls=RecordingTrainer):
+    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
+    trainer.__class__ = trainer_cls if trainer_cls is not RayPPOTrainer else trainer.__class__
+    if isinstance(trainer, RecordingTrainer):
+        trainer.logged, trainer.advantage_calls = [], 0
+    trainer.init_workers()
+    before = actor_params(trainer)
+    trainer.fit()
+    return trainer, before, actor_params(trainer)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    ["gae", "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo"],
+)
+def test_every_estimator_one_step(workspace, estimator):
+    trainer, before, after = run_one_step(single_process_config(workspace, estimator))
+    assert trainer.advantage_calls == 1
+    metrics = trainer.logged[0]
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed, f"{estimator}: no actor parameter changed (grad_norm={metrics.get('actor/grad_norm')})"
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/advantages/mean", "timing_s/gen"):
+        assert key in metrics and math.isfinite(metrics[key]), (estimator, key, metrics.get(key))
+    if estimator == "gae":
+        assert "critic/vf_loss" in metrics and "critic/values/mean" in metrics
+    if estimator == "remax":
+        assert "timing_s/gen_max" in metrics
+
+
+def test_kl_in_reward_adaptive_and_critic_warmup(workspace):
+    config = single_process_config(
+        workspace,
+        "gae",
+        extra=[
+            "algorithm.use_kl_in_reward=True",
+            "algorithm.kl_ctrl.type=adaptive",
+            "actor_rollout_ref.actor.use_kl_loss=False",
+            "trainer.critic_warmup=5",
+        ],
+    )
+    trainer, before, after = run_one_step(config)
+    metrics = trainer.logged[0]
+    assert "actor/reward_kl_penalty" in metrics and "actor/reward_kl_penalty_coeff" in metrics
+    assert "critic/vf_loss" in metrics  # the critic trains during warm-up ...
+    assert "actor/pg_loss" not in metrics  # ... the actor does not
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_val_before_train_reports_val_core(workspace):
+    config = single_process_config(workspace, "grpo", extra=["trainer.val_before_train=True"])
+    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
+    trainer.init_workers()
+    trainer.global_steps = 0
+    metrics = trainer._validate()
+    assert any(k.startswith("val-core/openai/gsm8k/reward/mean@") for k in metrics), metrics
