@@ -232,3 +232,25 @@ def test_missing_fsdp_config(checkpoints, tmp_path):
     (local_dir / "fsdp_config.json").write_text('{"FSDP_version": 2}')
     with pytest.raises(ValueError, match="world_size"):
         _merge(local_dir, tmp_path / "out")
+
+
+def test_tied_embeddings_plain_checkpoint(tmp_path):
+    """A world-of-one checkpoint of a tied-embedding model merges to the original weights, and ``test`` agrees."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    src = make_tiny_model_dir(str(tmp_path / "tied"), hidden_size=32, intermediate_size=64, tie_word_embeddings=True)
+    model = AutoModelForCausalLM.from_pretrained(src)
+    tokenizer = AutoTokenizer.from_pretrained(src)
+    FSDPCheckpointManager(
+        model, None, processing_class=tokenizer, checkpoint_config={"save_contents": ["model"]}
+    ).save_checkpoint(str(tmp_path / "ckpt"))
+    _merge(tmp_path / "ckpt", tmp_path / "out", "--dtype", "float32")
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert merged.lm_head.weight.data_ptr() == merged.model.embed_tokens.weight.data_ptr()
+    for k, v in model.state_dict().items():
+        assert torch.equal(merged.state_dict()[k], v), k
+    main(
+        ["test", "--backend", "fsdp", "--local_dir", str(tmp_path / "ckpt"), "--test_hf_dir", src, "--dtype", "float32"]
+    )

@@ -215,3 +215,30 @@ def test_plain_module_roundtrip_and_contents(tmp_path, model_dir):
         FSDPCheckpointManager(model, opt)
     with pytest.raises(AssertionError, match="no optimizer"):
         FSDPCheckpointManager(model, None, processing_class=None, tokenizer=None).save_checkpoint(str(tmp_path / "x"))
+
+
+def test_peft_model_saves_adapter_and_merged_hf_model(tmp_path, model_dir):
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(3)
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_dir),
+        LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], init_lora_weights=False),
+    )
+    cfg = {"save_contents": ["model", "hf_model"]}
+    manager = FSDPCheckpointManager(peft_model, None, processing_class=None, tokenizer=None, checkpoint_config=cfg)
+    manager.save_checkpoint(str(tmp_path))
+    adapter = load_file(str(tmp_path / "lora_adapter" / "adapter_model.safetensors"))
+    assert sorted(adapter) == [
+        f"base_model.model.model.layers.{i}.self_attn.q_proj.lora_{ab}.weight" for i in (0, 1) for ab in "AB"
+    ]
+    config = json.loads((tmp_path / "lora_adapter" / "adapter_config.json").read_text())
+    assert config["r"] == 2 and config["lora_alpha"] == 4
+    # huggingface/ holds a plain model with the LoRA deltas merged (bf16), as peft's merge_and_unload gives.
+    expected = peft_model.merge_and_unload().state_dict()
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "huggingface", dtype="auto").state_dict()
+    assert set(saved) == set(expected)
+    for k, v in expected.items():
+        assert torch.equal(saved[k], v.bfloat16()), k
