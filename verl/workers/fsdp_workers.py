@@ -75,6 +75,21 @@ def _mfu_metric(flops_counter, global_token_num, elapsed: float, world_size: int
     return mfu(achieved, promised, world_size)
 
 
+def _reports_compute_time(func):
+    """Record the worker's own seconds in ``output.meta_info["timing"]["worker/<method>"]`` (rank 0's survives the
+    collect), so the driver can tell compute from controller overhead."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(self, *args, **kwargs):
+        start = time.perf_counter()
+        output = func(self, *args, **kwargs)
+        output.meta_info.setdefault("timing", {})[f"worker/{func.__name__}"] = time.perf_counter() - start
+        return output
+
+    return wrapper
+
+
 def _checkpoint_manager(model, optimizer, lr_scheduler, tokenizer, checkpoint_config):
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
@@ -259,6 +274,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         data.meta_info["temperature"] = self.config.rollout.temperature
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_reports_compute_time
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ``(bs, response_length)`` under the current policy."""
         assert self._is_actor, f"compute_log_prob needs the actor role, this worker is {self.role!r}"
@@ -273,6 +289,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         ).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_reports_compute_time
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` ``(bs, response_length)`` under the frozen reference (LoRA: adapters disabled)."""
         if self._is_lora and self.ref_policy is None:
@@ -285,6 +302,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         return DataProto.from_dict({"ref_log_prob": log_probs}).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_reports_compute_time
     def update_actor(self, data: DataProto) -> DataProto:
         """One PPO update over ``data``; returns ``meta_info["metrics"]`` (lists per key)."""
         assert self._is_actor, f"update_actor needs the actor role, this worker is {self.role!r}"
@@ -427,6 +445,7 @@ class CriticWorker(Worker, DistProfilerExtension):
         return _Loaded()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_reports_compute_time
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` ``(bs, response_length)`` for the responses in ``data``."""
         data.meta_info["micro_batch_size"] = self.config.forward_micro_batch_size_per_gpu
@@ -437,6 +456,7 @@ class CriticWorker(Worker, DistProfilerExtension):
         return DataProto.from_dict({"values": values}).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_reports_compute_time
     def update_critic(self, data: DataProto) -> DataProto:
         """One value-function update; returns ``meta_info["metrics"]``."""
         data = data.to("cpu")
@@ -519,6 +539,7 @@ class RewardModelWorker(Worker, DistProfilerExtension):
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_reports_compute_time
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """``rm_scores`` ``(bs, response_length)``: the model's score at the last valid token, zeros elsewhere."""
         from verl.workers.reward_model_inputs import score_sequences, switch_chat_template

@@ -131,6 +131,12 @@ class ResourcePoolManager:
                 )
 
 
+def pop_worker_timing(output: DataProto, timing_raw: dict) -> DataProto:
+    """Move the seconds a worker reported (``meta_info["timing"]``) into ``timing_raw``."""
+    timing_raw.update(output.meta_info.pop("timing", {}))
+    return output
+
+
 def compute_response_mask(data: DataProto) -> torch.Tensor:
     """``attention_mask`` over the response columns ``(bs, response_length)``."""
     response_length = data.batch["responses"].size(1)
@@ -371,8 +377,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         """Sample ``rollout.n`` responses per prompt and merge them (interleaved) into the repeated batch."""
         gen_batch = self._pop_generation_inputs(batch)
         with marked_timer("gen", timing_raw):
-            gen_output = self.actor_rollout_wg.generate_sequences(gen_batch)
-            timing_raw.update(gen_output.meta_info.pop("timing", {}))
+            gen_output = pop_worker_timing(self.actor_rollout_wg.generate_sequences(gen_batch), timing_raw)
         if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing_raw):
                 batch.batch["reward_baselines"] = self._greedy_baseline(batch, gen_batch)
@@ -408,16 +413,16 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         batch.reorder(torch.tensor([i for partition in partitions for i in partition]))
         metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix=logging_prefix))
 
-    def _compute_reward(self, batch: DataProto):
+    def _compute_reward(self, batch: DataProto, timing_raw: dict):
         """Reward-model scores (if any), then the rule reward: ``(reward_tensor, extra_infos)`` or a future."""
         if self.use_rm:
-            batch = batch.union(self.rm_wg.compute_rm_score(batch))
+            batch = batch.union(pop_worker_timing(self.rm_wg.compute_rm_score(batch), timing_raw))
         if self.config.reward_model.get("launch_reward_fn_async", False):
             return batch, compute_reward_async.remote(batch, self.config, self.tokenizer)
         return batch, compute_reward(batch, self.reward_fn)
 
-    def _compute_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
-        old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
+    def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        old_log_prob = pop_worker_timing(self.actor_rollout_wg.compute_log_prob(batch), timing_raw)
         entropys = old_log_prob.batch.pop("entropys")
         loss_agg_mode = self.config.actor_rollout_ref.actor.loss_agg_mode
         metrics["actor/entropy"] = agg_loss(entropys, batch.batch["response_mask"], loss_agg_mode).item()
@@ -438,10 +443,12 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             "training/rollout_probs_diff_std": diff.std().item(),
         }
 
-    def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
-        if self.ref_in_actor:
-            return batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
-        return batch.union(self.ref_policy_wg.compute_ref_log_prob(batch))
+    def _compute_ref_log_prob(self, batch: DataProto, timing_raw: dict) -> DataProto:
+        group = self.actor_rollout_wg if self.ref_in_actor else self.ref_policy_wg
+        return batch.union(pop_worker_timing(group.compute_ref_log_prob(batch), timing_raw))
+
+    def _compute_values(self, batch: DataProto, timing_raw: dict) -> DataProto:
+        return batch.union(pop_worker_timing(self.critic_wg.compute_values(batch), timing_raw))
 
     def _compute_advantage(self, batch: DataProto, reward, metrics: dict) -> DataProto:
         if not isinstance(reward, tuple):  # a future from compute_reward_async
@@ -471,13 +478,13 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             config=algorithm,
         )
 
-    def _update_critic(self, batch: DataProto, metrics: dict) -> None:
-        output = self.critic_wg.update_critic(batch)
+    def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        output = pop_worker_timing(self.critic_wg.update_critic(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
-    def _update_actor(self, batch: DataProto, metrics: dict) -> None:
+    def _update_actor(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         batch.meta_info["multi_turn"] = self.config.actor_rollout_ref.rollout.multi_turn.enable
-        output = self.actor_rollout_wg.update_actor(batch)
+        output = pop_worker_timing(self.actor_rollout_wg.update_actor(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
     # --------------------------------------------------------------------------------------------------- loop
@@ -489,23 +496,23 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
         with marked_timer("reward", timing_raw):
-            batch, reward = self._compute_reward(batch)
+            batch, reward = self._compute_reward(batch, timing_raw)
         with marked_timer("old_log_prob", timing_raw):
-            batch = self._compute_old_log_prob(batch, metrics)
+            batch = self._compute_old_log_prob(batch, metrics, timing_raw)
         if self.use_reference_policy:
             with marked_timer("ref", timing_raw):
-                batch = self._compute_ref_log_prob(batch)
+                batch = self._compute_ref_log_prob(batch, timing_raw)
         if self.use_critic:
             with marked_timer("values", timing_raw):
-                batch = batch.union(self.critic_wg.compute_values(batch))
+                batch = self._compute_values(batch, timing_raw)
         with marked_timer("adv", timing_raw):
             batch = self._compute_advantage(batch, reward, metrics)
         if self.use_critic:
             with marked_timer("update_critic", timing_raw):
-                self._update_critic(batch, metrics)
+                self._update_critic(batch, metrics, timing_raw)
         if self.config.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw):
-                self._update_actor(batch, metrics)
+                self._update_actor(batch, metrics, timing_raw)
         if self.config.trainer.get("rollout_data_dir", None):
             with marked_timer("dump_rollout_generations", timing_raw):
                 self._dump_rollout(batch, batch.meta_info.get("reward_extra_keys", []))
