@@ -45,6 +45,7 @@ __all__ = [
     "is_complete_checkpoint",
     "list_checkpoints",
     "publish_checkpoint",
+    "read_tracker",
     "remove_old_checkpoints",
     "remove_stale_staging",
     "staging_dir",

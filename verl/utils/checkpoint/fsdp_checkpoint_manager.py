@@ -240,7 +240,7 @@ class FSDPCheckpointManager(BaseCheckpointManager):
 
             try:
                 return GenerationConfig.from_pretrained(name_or_path)
-            except OSError as e:  # a model built from a config has no generation_config.json
+            except (OSError, ValueError) as e:  # a model built from a config has no generation_config.json
                 logger.info("no generation config at %s (%s); using the model's", name_or_path, e)
         return getattr(model, "generation_config", None)
 
