@@ -1,0 +1,2 @@
+"""Algorithms built on the trainer's layers (DAPO, PRIME, SPPO, ...): each recipe subclasses RayPPOTrainer or
+registers estimators / losses instead of copying the trainer."""
