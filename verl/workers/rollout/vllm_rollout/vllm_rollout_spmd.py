@@ -1,0 +1,338 @@
+"""vLLM rollout (SPMD): every worker runs its own in-process vLLM engine on the GPUs (or CPU) it trains on.
+
+The engine starts with dummy weights (``load_format: dummy*``); the actor's weights reach it through
+:class:`verl.workers.sharding_manager.fsdp_vllm.FSDPVLLMShardingManager` before each generation. On CPU the engine
+runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, executor ``uni``) with an explicit KV-cache size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from vllm import LLM, SamplingParams
+
+from verl.protocol import DataProto
+from verl.utils.device import is_accelerator_available
+from verl.utils.torch_functional import pad_2d_list_to_length
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.hf_rollout import build_rollout_output
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["vLLMRollout", "_pre_process_inputs", "_repeat_interleave", "cpu_kv_cache_bytes"]
+
+_SAMPLING_FIELDS = frozenset(getattr(SamplingParams, "__struct_fields__", ()) or vars(SamplingParams()).keys())
+# Rollout keys that name SamplingParams fields but must not be forwarded: ``seed`` is the engine seed (a per-request
+# seed would give every prompt, and every one of its n samples, the same random stream); the rest we set ourselves.
+_NOT_FORWARDED = frozenset({"seed", "logprobs", "max_tokens", "detokenize", "stop_token_ids"})
+_DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
+
+
+def _pre_process_inputs(pad_token_id: int, prompt_token_ids: torch.Tensor) -> list[int]:
+    """Strip the left padding of one prompt row ``(P,)``: the ids from the first non-pad token on."""
+    non_pad = torch.nonzero(prompt_token_ids != pad_token_id, as_tuple=False)
+    if len(non_pad) == 0:
+        return []
+    return prompt_token_ids[int(non_pad[0][0]) :].tolist()
+
+
+def _repeat_interleave(value: torch.Tensor | np.ndarray, repeats: int) -> torch.Tensor | np.ndarray:
+    """Repeat every row ``repeats`` times in place order (a, a, b, b) for a tensor or a numpy array."""
+    if isinstance(value, torch.Tensor):
+        return value.repeat_interleave(repeats, dim=0)
+    return np.repeat(value, repeats, axis=0)
+
+
+def _get(config, key: str, default=None):
+    """``config.get`` for DictConfig/dict configs and attribute access for dataclass configs."""
+    if hasattr(config, "get"):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+def _as_dict(value) -> dict:
+    if value is None:
+        return {}
+    if hasattr(value, "items"):
+        return {k: v for k, v in value.items()}
+    return dict(vars(value))
+
+
+def _has_rope_scaling(model_hf_config) -> bool:
+    """True when the model scales RoPE (then it may run past ``max_position_embeddings``).
+
+    transformers 5 reports plain RoPE as ``{"rope_type": "default", ...}`` rather than ``None``.
+    """
+    rope = getattr(model_hf_config, "rope_scaling", None)
+    if not rope:
+        return False
+    kind = rope.get("rope_type", rope.get("type")) if hasattr(rope, "get") else None
+    return kind not in (None, "default")
+
+
+def cpu_kv_cache_bytes(
+    model_hf_config, dtype: str, max_model_len: int, max_num_seqs: int, memory_fraction: float
+) -> int:
+    """Bytes of KV cache for the CPU engine: enough for ``max_num_seqs`` full sequences, at most
+    ``memory_fraction`` of the host's available memory, and never less than one full sequence.
+
+    vLLM's own CPU default sizes the cache from the whole NUMA node (and refuses to start on a shared machine).
+    """
+    cfg = getattr(model_hf_config, "text_config", None) or model_hf_config
+    num_heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // num_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or num_heads
+    itemsize = _DTYPE_BYTES.get(str(dtype).lower().removeprefix("torch."), 4)
+    per_token = 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize
+    block = 128  # the CPU backend's block size; keep room for partially filled blocks of every sequence
+    need = per_token * (max_model_len + block) * max(1, max_num_seqs)
+    floor = per_token * (max_model_len + 2 * block)
+    try:
+        import psutil
+
+        budget = int(memory_fraction * psutil.virtual_memory().available)
+    except ImportError:  # psutil comes with vllm; be safe anyway
+        budget = need
+    mib = 1 << 20
+    return -(-max(min(need, budget), floor) // mib) * mib
+
+
+class vLLMRollout(BaseRollout):
+    """Generate with an in-process ``vllm.LLM``; ``config`` is the ``actor_rollout_ref.rollout`` section.
+
+    Output as :class:`HFRollout`: ``prompts (b, P)``, ``responses (b, T)``, ``input_ids``/``attention_mask``/
+    ``position_ids (b, P+T)`` with ``b = B * n`` when sampling (sample ``j`` of prompt ``i`` at row ``i*n + j``),
+    plus ``rollout_log_probs (b, T)`` (float32, -1 on padding) when ``calculate_log_probs`` is set.
+    """
+
+    def __init__(self, model_path: str, config, tokenizer, model_hf_config, **kwargs):
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.model_hf_config = model_hf_config
+        tp_size = int(_get(config, "tensor_model_parallel_size", 1))
+        free_cache_engine = bool(_get(config, "free_cache_engine", True))
+        enforce_eager = bool(_get(config, "enforce_eager", True))
+        assert enforce_eager or not free_cache_engine, (
+            f"rollout.enforce_eager={enforce_eager} with free_cache_engine={free_cache_engine}: "
+            "disable CUDA graphs (enforce_eager=True) to free the cache engine"
+        )
+        world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        assert tp_size <= world_size, (
+            f"rollout.tensor_model_parallel_size={tp_size} exceeds the world size {world_size}"
+        )
+        on_accelerator = is_accelerator_available()
+        if not on_accelerator and tp_size != 1:
+            raise ValueError(
+                f"rollout.tensor_model_parallel_size={tp_size}: the in-process CPU engine supports only 1 "
+                "(each rank runs its own engine; use data parallelism across ranks)"
+            )
+
+        prompt_length = int(_get(config, "prompt_length"))
+        response_length = int(_get(config, "response_length"))
+        max_position = getattr(model_hf_config, "max_position_embeddings", None)
+        if not _has_rope_scaling(model_hf_config) and max_position is not None:
+            assert max_position >= prompt_length + response_length, (
+                f"model max_position_embeddings={max_position} is smaller than rollout.prompt_length "
+                f"+ rollout.response_length = {prompt_length + response_length}"
+            )
+        max_model_len = int(_get(config, "max_model_len", None) or prompt_length + response_length)
+        max_num_batched_tokens = int(_get(config, "max_num_batched_tokens", 8192))
+        enable_chunked_prefill = bool(_get(config, "enable_chunked_prefill", True))
+        if enable_chunked_prefill and max_num_batched_tokens < max_model_len:
+            raise ValueError(
+                f"rollout.max_num_batched_tokens={max_num_batched_tokens} must be >= max_model_len={max_model_len} "
+                "when enable_chunked_prefill is on; raise max_num_batched_tokens or turn chunked prefill off"
+            )
+        max_num_seqs = int(_get(config, "max_num_seqs", 1024))
+        dtype = str(_get(config, "dtype", "bfloat16"))
+        load_format = str(_get(config, "load_format", "dummy"))
+        gpu_memory_utilization = float(_get(config, "gpu_memory_utilization", 0.5))
+
+        vllm_kwargs = _as_dict(_as_dict(_get(config, "engine_kwargs", None)).get("vllm"))
+        engine_kwargs = {k: v for k, v in vllm_kwargs.items() if v is not None}  # null entries mean "vLLM default"
+        lora_rank = int(kwargs.get("lora_rank", 0) or 0)
+        if lora_rank > 0:
+            # Adapter sync (TensorLoRARequest per update) is not implemented; a silently stale adapter would be worse.
+            raise NotImplementedError(f"lora_rank={lora_rank}: LoRA is not supported by this vLLM rollout yet")
+        limit_images = _get(config, "limit_images", None)
+        if limit_images:
+            engine_kwargs.setdefault("limit_mm_per_prompt", {"image": limit_images})
+
+        # The engine runs in this process: the hybrid engine hands it tensors directly.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if on_accelerator:
+            distributed = dist.is_available() and dist.is_initialized() and world_size > 1
+            backend = "external_launcher" if distributed else "uni"
+            platform_kwargs = {"enable_sleep_mode": True, "disable_custom_all_reduce": True}
+        else:
+            backend = "uni"
+            platform_kwargs = {}
+            if "kv_cache_memory_bytes" not in engine_kwargs and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                platform_kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(
+                    model_hf_config, dtype, max_model_len, max_num_seqs, gpu_memory_utilization
+                )
+            self._pin_cpu_threads(_get(config, "cpu_num_threads", None))
+
+        logprobs_mode = _get(config, "logprobs_mode", "processed_logprobs")
+        self.inference_engine = LLM(
+            model=model_path,
+            tensor_parallel_size=tp_size,
+            distributed_executor_backend=backend,
+            dtype=dtype,
+            enforce_eager=enforce_eager,
+            gpu_memory_utilization=gpu_memory_utilization,
+            skip_tokenizer_init=False,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            load_format="dummy" if load_format.startswith("dummy") else load_format,
+            disable_log_stats=bool(_get(config, "disable_log_stats", True)),
+            max_num_batched_tokens=max_num_batched_tokens,
+            enable_chunked_prefill=enable_chunked_prefill,
+            enable_prefix_caching=True,
+            trust_remote_code=bool(kwargs.get("trust_remote_code", False)),
+            seed=int(_get(config, "seed", 0) or 0),
+            logprobs_mode=logprobs_mode,
+            **platform_kwargs,
+            **engine_kwargs,
+        )
+        if on_accelerator and free_cache_engine:
+            # The sharding manager wakes the engine up (weights, then KV cache) before each generation.
+            self.inference_engine.sleep(level=1)
+
+        self.calculate_log_probs = bool(_get(config, "calculate_log_probs", False))
+        base = {"n": 1, "max_tokens": response_length, "detokenize": False}
+        if self.calculate_log_probs:
+            base["logprobs"] = 0  # the sampled token's own log-prob
+        for key in _config_keys(config):
+            if key in _SAMPLING_FIELDS and key not in _NOT_FORWARDED:
+                base[key] = _get(config, key)
+        self.sampling_kwargs: dict[str, Any] = base
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer is not None else None
+
+    @staticmethod
+    def _pin_cpu_threads(num_threads) -> None:
+        """Fix torch's thread count before the engine starts: vLLM's CPU worker then replaces
+        ``torch.set_num_threads`` with a no-op and, unless ``OMP_NUM_THREADS`` is set, drops serving to 1 thread."""
+        num_threads = int(num_threads) if num_threads else torch.get_num_threads()
+        torch.set_num_threads(num_threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
+
+    @property
+    def sampling_params(self) -> SamplingParams:
+        """The current default sampling parameters (a fresh object; change them with update_sampling_params)."""
+        return SamplingParams(**self.sampling_kwargs)
+
+    @contextlib.contextmanager
+    def update_sampling_params(self, **kwargs):
+        """Temporarily override sampling fields (``temperature=0, n=1`` ...); unknown names are ignored."""
+        old = dict(self.sampling_kwargs)
+        for key, value in kwargs.items():
+            if key in _SAMPLING_FIELDS:
+                self.sampling_kwargs[key] = value
+        try:
+            yield
+        finally:
+            self.sampling_kwargs = old
+
+    def _request_overrides(self, meta: dict) -> dict:
+        """Greedy for ``do_sample=False``; ``val_kwargs`` (one sample) when validating."""
+        if not meta.get("do_sample", True):
+            return {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "temperature": 0.0, "n": 1}
+        if meta.get("validate", False):
+            val = _as_dict(_get(self.config, "val_kwargs", None))
+            return {
+                "top_k": val.get("top_k", -1),
+                "top_p": val.get("top_p", 1.0),
+                "temperature": val.get("temperature", 0.0),
+                "n": 1,
+            }
+        return {}
+
+    @torch.no_grad()
+    def generate_sequences(self, prompts: DataProto, **kwargs) -> DataProto:
+        """Generate for left-padded ``input_ids``/``attention_mask``/``position_ids`` ``(B, P)``.
+
+        meta_info: ``eos_token_id``, ``pad_token_id`` (required), ``do_sample``, ``validate``, optional
+        ``response_length``; non-tensor ``raw_prompt_ids`` (derived from the mask if absent) and
+        ``multi_modal_data``. ``kwargs`` override sampling fields for this call.
+        """
+        meta = prompts.meta_info
+        for key in ("eos_token_id", "pad_token_id"):
+            if key not in meta:
+                raise KeyError(f"prompts.meta_info[{key!r}] is required by vLLMRollout (the worker sets it)")
+        eos_token_id, pad_token_id = meta["eos_token_id"], meta["pad_token_id"]
+        idx = prompts.batch["input_ids"]
+        attention_mask = prompts.batch["attention_mask"]
+        position_ids = prompts.batch["position_ids"]
+        batch_size = idx.size(0)
+
+        non_tensor = dict(prompts.non_tensor_batch)
+        raw_prompt_ids = non_tensor.pop("raw_prompt_ids", None)
+        if raw_prompt_ids is None:
+            # The mask, not the pad id, marks the prompt: a pad id may also be a real token (e.g. EOS as pad).
+            raw_prompt_ids = [row[m.bool()].tolist() for row, m in zip(idx, attention_mask)]
+        if len(raw_prompt_ids) != batch_size:
+            raise RuntimeError(
+                f"non_tensor_batch['raw_prompt_ids'] has {len(raw_prompt_ids)} rows but input_ids has {batch_size}"
+            )
+        multi_modal_data = non_tensor.pop("multi_modal_data", None)
+        inputs = []
+        for i, ids in enumerate(raw_prompt_ids):
+            if isinstance(ids, np.ndarray | torch.Tensor):
+                ids = ids.tolist()
+            elif not isinstance(ids, list | tuple):
+                raise TypeError(f"raw_prompt_ids[{i}] is a {type(ids).__name__}; expected a list or np.ndarray")
+            entry: dict[str, Any] = {"prompt_token_ids": [int(t) for t in ids]}
+            if multi_modal_data is not None and multi_modal_data[i] is not None:
+                entry["multi_modal_data"] = multi_modal_data[i]
+            inputs.append(entry)
+
+        overrides = self._request_overrides(meta)
+        if "response_length" in meta:
+            overrides["max_tokens"] = int(meta["response_length"])
+        overrides.update(kwargs)
+        with self.update_sampling_params(**overrides):
+            params = dict(self.sampling_kwargs)
+        response_length = int(params["max_tokens"])
+        if not params.get("ignore_eos", False):
+            # Stop exactly at the EOS the response mask is built from (meta_info), not at the engine's own
+            # generation-config EOS: ignore_eos switches the latter off, stop_token_ids installs the former.
+            eos_ids = list(eos_token_id) if isinstance(eos_token_id, list | tuple) else [eos_token_id]
+            params["ignore_eos"] = True
+            params["stop_token_ids"] = [int(t) for t in eos_ids if t is not None]
+        n = int(params.get("n", 1))
+        outputs = self.inference_engine.generate(
+            prompts=inputs, sampling_params=SamplingParams(**params), use_tqdm=False
+        )
+
+        responses, log_probs = [], []
+        for output in outputs:
+            for sample in output.outputs:
+                tokens = list(sample.token_ids)
+                responses.append(tokens)
+                if self.calculate_log_probs:
+                    log_probs.append([step[tok].logprob for tok, step in zip(tokens, sample.logprobs)])
+        response = pad_2d_list_to_length(responses, pad_token_id, max_length=response_length).to(idx.device)
+        if n > 1:
+            idx = _repeat_interleave(idx, n)
+            attention_mask = _repeat_interleave(attention_mask, n)
+            position_ids = _repeat_interleave(position_ids, n)
+            non_tensor = {key: _repeat_interleave(value, n) for key, value in non_tensor.items()}
+        batch = build_rollout_output(idx, attention_mask, position_ids, response.to(idx.dtype), eos_token_id)
+        if self.calculate_log_probs:
+            padded = [lp + [-1.0] * (response_length - len(lp)) for lp in log_probs]
+            batch["rollout_log_probs"] = torch.tensor(padded, dtype=torch.float32, device=idx.device)
+        return DataProto(batch=batch, non_tensor_batch=non_tensor)
+
+
+def _config_keys(config) -> list[str]:
+    if hasattr(config, "keys"):
+        return [str(k) for k in config.keys()]
+    return list(vars(config).keys())

@@ -1,0 +1,200 @@
+"""Hybrid engine: hand the FSDP actor's current weights to the colocated vLLM engine around each generation.
+
+On entry the FSDP2 (or FSDP1, or plain) module's parameters are gathered one tensor at a time and streamed into
+the engine's worker with ``reload_weights(weights_iterator=..., is_checkpoint_format=True)``: vLLM restores its
+kernel layout, loads each decoder layer as soon as all its tensors arrived and repacks it, so peak extra memory is
+about one layer of full weights. On a GPU the engine sleeps between generations (weights and KV cache released)
+and the actor's parameters may be offloaded; on CPU both are no-ops. Import this module only where vLLM exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import DTensor
+
+from verl.protocol import DataProto, all_gather_data_proto
+from verl.utils.device import get_device_name, get_torch_device, is_accelerator_available
+from verl.utils.fsdp_utils import fsdp_version, load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
+from verl.workers.sharding_manager.base import BaseShardingManager
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FSDPVLLMShardingManager", "normalize_weight_name"]
+
+# Wrapper prefixes that FSDP1, activation checkpointing and torch.compile insert into parameter names.
+_WRAPPER_PARTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def normalize_weight_name(name: str) -> str:
+    """The HF checkpoint name of a (possibly wrapped) parameter: wrapper prefixes removed."""
+    for part in _WRAPPER_PARTS:
+        name = name.replace(part, "")
+    return name
+
+
+def _retie_lm_head(model: nn.Module) -> None:
+    """Point a tied LM head at the freshly loaded input embedding and redo its kernel preparation.
+
+    The CPU backend packs the LM head's weight into a kernel-specific copy and drops the shared parameter, so
+    reloading only the embedding would leave the logits computed with the old weights.
+    """
+    lm_head = getattr(model, "lm_head", None)
+    embed = None
+    for name, module in model.named_modules():
+        if name.endswith("embed_tokens"):
+            embed = module
+            break
+    if lm_head is None or embed is None:
+        raise RuntimeError(
+            f"tie_word_embeddings=True but the vLLM model {type(model).__name__} has no lm_head/embed_tokens to tie"
+        )
+    lm_head.weight = embed.weight
+    quant_method = getattr(lm_head, "quant_method", None)
+    if quant_method is not None and hasattr(quant_method, "process_weights_after_loading"):
+        quant_method.process_weights_after_loading(lm_head)
+
+
+def _reload_on_worker(worker, weights: Iterable[tuple[str, torch.Tensor]], tied: bool) -> None:
+    """Runs inside the engine's worker (in this process): load HF-format weights, then fix a tied LM head."""
+    worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    if tied:
+        _retie_lm_head(worker.model_runner.get_model())
+
+
+class FSDPVLLMShardingManager(BaseShardingManager):
+    """Context manager: inside, ``inference_engine`` (a ``vllm.LLM`` or a vLLMRollout) holds ``module``'s weights.
+
+    ``timing["reshard"]`` is the seconds the last entry took. ``preprocess_data``/``postprocess_data`` gather and
+    split the batch across the inference TP group (``device_mesh["infer_tp"]``) when TP > 1.
+    ``full_params`` (FSDP1, world size 1) and ``layered_summon`` (LoRA) are accepted for interface compatibility:
+    weights are always streamed one tensor at a time.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        inference_engine,
+        model_config,
+        full_params: bool = False,
+        device_mesh=None,
+        offload_param: bool = False,
+        load_format: str = "dummy_hf",
+        layered_summon: bool = True,
+    ):
+        super().__init__()
+        self.module = module
+        # The worker may hand over the rollout itself; the engine is what we talk to.
+        self.inference_engine = getattr(inference_engine, "inference_engine", inference_engine)
+        self.model_config = model_config
+        self.full_params = full_params
+        self.device_mesh = device_mesh
+        self.offload_param = offload_param
+        self.load_format = load_format
+        self.layered_summon = layered_summon
+        self.base_sync_done = "dummy" not in load_format
+        self.tied = bool(getattr(model_config, "tie_word_embeddings", False))
+        self.on_accelerator = is_accelerator_available()
+        if device_mesh is not None:
+            self.tp_size = device_mesh["infer_tp"].size()
+            self.tp_rank = device_mesh["infer_tp"].get_local_rank()
+        else:
+            self.tp_size, self.tp_rank = 1, 0
+        vllm_config = self.inference_engine.llm_engine.vllm_config
+        self.sleep_mode = bool(getattr(vllm_config.model_config, "enable_sleep_mode", False))
+        # All TP ranks of one replica must sample identically: give generation its own device RNG stream.
+        self.torch_random_states = None
+        self.gen_random_states = None
+        if self.on_accelerator:
+            device = get_torch_device()
+            self.torch_random_states = device.get_rng_state()
+            dp_rank = device_mesh["dp"].get_local_rank() if device_mesh is not None else 0
+            device.manual_seed(dp_rank + 1000)
+            self.gen_random_states = device.get_rng_state()
+            device.set_rng_state(self.torch_random_states)
+
+    # ------------------------------------------------------------------ weights
+    def _full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(hf_name, full_tensor)`` in state-dict order (a collective for sharded modules: every rank
+        of the FSDP group must consume the whole iterator in the same order)."""
+        if fsdp_version(self.module) == 1:
+            from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            cfg = FullStateDictConfig(offload_to_cpu=False, rank0_only=False)
+            with FSDP.state_dict_type(self.module, StateDictType.FULL_STATE_DICT, cfg):
+                state = self.module.state_dict()
+        else:
+            state = self.module.state_dict()  # FSDP2: DTensor shards, nothing gathered yet
+        device = get_device_name() if self.on_accelerator else None
+        for name, tensor in state.items():
+            name = normalize_weight_name(name)
+            if self.tied and name == "lm_head.weight":
+                continue  # the engine ties it to the embedding; gathering it would be wasted traffic
+            if device is not None and tensor.device.type == "cpu":
+                tensor = tensor.to(device, non_blocking=True)  # CPU-offloaded shards gather over the device
+            if isinstance(tensor, DTensor):
+                tensor = tensor.full_tensor()
+            yield name, tensor.detach()
+        del state
+
+    def update_params(self, weights: Iterable[tuple[str, torch.Tensor]] | dict) -> None:
+        """Load a full set of HF-named weights into the engine and drop its now stale prefix cache."""
+        if isinstance(weights, dict):
+            weights = iter(weights.items())
+        self.inference_engine.collective_rpc(_reload_on_worker, args=(weights, self.tied))
+        self.inference_engine.reset_prefix_cache()
+        self.base_sync_done = True
+
+    # ------------------------------------------------------------------ context
+    def __enter__(self):
+        start = time.perf_counter()
+        if self.on_accelerator:
+            get_torch_device().empty_cache()
+        if self.offload_param:
+            load_fsdp_model_to_gpu(self.module)
+        if self.sleep_mode:
+            self.inference_engine.wake_up(tags=["weights"])
+        self.update_params(self._full_weights())
+        if self.offload_param:
+            offload_fsdp_model_to_cpu(self.module)
+        if self.on_accelerator:
+            get_torch_device().empty_cache()
+        if self.sleep_mode:
+            self.inference_engine.wake_up(tags=["kv_cache"])
+        if self.gen_random_states is not None:
+            device = get_torch_device()
+            self.torch_random_states = device.get_rng_state()
+            device.set_rng_state(self.gen_random_states)
+        self.timing["reshard"] = time.perf_counter() - start
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        if self.sleep_mode:
+            self.inference_engine.sleep(level=1)  # drop weights and KV cache until the next generation
+        self.module.train()
+        if self.on_accelerator:
+            get_torch_device().empty_cache()
+        if self.gen_random_states is not None:
+            device = get_torch_device()
+            self.gen_random_states = device.get_rng_state()
+            device.set_rng_state(self.torch_random_states)
+        return None
+
+    # ------------------------------------------------------------------ data
+    def preprocess_data(self, data: DataProto) -> DataProto:
+        """All-gather ``data`` within the inference TP group (every TP rank generates for the whole group)."""
+        if self.tp_size == 1:
+            return data
+        all_gather_data_proto(data, self.device_mesh["infer_tp"].get_group())
+        return data
+
+    def postprocess_data(self, data: DataProto) -> DataProto:
+        """This rank's share of the group's output: ``chunk(tp_size)[tp_rank]``."""
+        if self.tp_size == 1:
+            return data
+        return data.chunk(chunks=self.tp_size)[self.tp_rank]
