@@ -294,6 +294,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # two processes each import vLLM and build an engine: ~50 s on 2 busy cores
 def test_fsdp2_two_rank_hand_off(model_dir, tokenizer, tmp_path):
     import torch.multiprocessing as mp
 
