@@ -23,7 +23,7 @@ from verl.utils.batch_sizes import (
     normalize_reward_model_micro_batch_size,
 )
 from verl.utils.debug import DistProfiler, DistProfilerExtension, ProfilerConfig
-from verl.utils.device import get_device_name
+from verl.utils.device import get_device_id, get_device_name
 from verl.utils.fs import copy_to_local
 from verl.utils.fsdp_utils import (
     load_fsdp_model_to_gpu,
@@ -261,11 +261,32 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             reshard = time.perf_counter() - start
             if self.rollout_sharding_manager is not None:
                 prompts = self.rollout_sharding_manager.preprocess_data(prompts)
-            output = self.rollout.generate_sequences(prompts=prompts)
+            with self._sampling_seed(prompts.meta_info.get("global_steps", 0)):
+                output = self.rollout.generate_sequences(prompts=prompts)
             if self.rollout_sharding_manager is not None:
                 output = self.rollout_sharding_manager.postprocess_data(output)
         output.meta_info["timing"] = {"generate_sequences": time.perf_counter() - start, "reshard": reshard}
         return output.to("cpu")
+
+    def _sampling_seed(self, global_step: int):
+        """Seed sampling from (rollout.seed, step, rank), so a resumed run draws exactly the samples an
+        uninterrupted one would, whatever else used the global RNG in between. The global RNG stream is restored
+        afterwards."""
+        worker = self
+
+        class _Seeded:
+            def __enter__(self):
+                on_device = device_name != "cpu"
+                devices = [torch.device(device_name, get_device_id()).index] if on_device else []
+                self._fork = torch.random.fork_rng(devices=devices, device_type=device_name if on_device else "cuda")
+                self._fork.__enter__()
+                base = int(worker.config.rollout.get("seed", 0) or 0)
+                torch.manual_seed((base * 1_000_003 + int(global_step)) * 65_537 + worker.rank)
+
+            def __exit__(self, *exc):
+                return self._fork.__exit__(*exc)
+
+        return _Seeded()
 
     def _log_prob_meta(self, data: DataProto, section) -> None:
         data.meta_info["micro_batch_size"] = section.log_prob_micro_batch_size_per_gpu

@@ -9,35 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 
 import torch
 
 logger = logging.getLogger(__name__)
 
 _STEP_PREFIX = "global_step_"
-
-
-def _step_dirs(root: str) -> list[tuple[int, str]]:
-    """Published ``global_step_N`` folders under ``root``, oldest first."""
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for name in os.listdir(root):
-        suffix = name[len(_STEP_PREFIX) :] if name.startswith(_STEP_PREFIX) else ""
-        if suffix.isdigit():
-            found.append((int(suffix), os.path.join(root, name)))
-    return sorted(found)
-
-
-def rotate_checkpoints(root: str, role: str, keep: int | None, protect: str) -> None:
-    """Delete ``global_step_*/<role>`` folders beyond the newest ``keep`` (never ``protect``, the one just saved)."""
-    if not keep or keep <= 0:
-        return
-    with_role = [path for _, path in _step_dirs(root) if os.path.isdir(os.path.join(path, role))]
-    for path in with_role[: max(len(with_role) - keep, 0)]:
-        if os.path.abspath(path) != os.path.abspath(protect):
-            shutil.rmtree(os.path.join(path, role), ignore_errors=True)
 
 
 class CheckpointMixin:
@@ -55,37 +32,39 @@ class CheckpointMixin:
 
     def _save_checkpoint(self) -> None:
         """Save actor, critic and dataloader state for ``global_steps`` and publish them as one checkpoint."""
-        from verl.utils.checkpoint.checkpoint_manager import publish_checkpoint, staging_dir, write_tracker
+        from verl.utils.checkpoint.checkpoint_manager import (
+            publish_checkpoint,
+            remove_old_checkpoints,
+            remove_stale_staging,
+            staging_dir,
+            write_tracker,
+        )
 
         root = self._checkpoint_root()
-        final = os.path.join(root, f"{_STEP_PREFIX}{self.global_steps}")
+        step = self.global_steps
+        remove_stale_staging(root)  # leftovers of a save that was killed
+        final = os.path.join(root, f"{_STEP_PREFIX}{step}")
         staging = staging_dir(final)
         hdfs_root = self.config.trainer.get("default_hdfs_dir", None)
 
         def remote(role):
-            return None if hdfs_root is None else os.path.join(hdfs_root, f"{_STEP_PREFIX}{self.global_steps}", role)
+            return None if hdfs_root is None else os.path.join(hdfs_root, f"{_STEP_PREFIX}{step}", role)
 
-        self.actor_rollout_wg.save_checkpoint(
-            os.path.join(staging, "actor"), remote("actor"), self.global_steps, max_ckpt_to_keep=None
-        )
+        # the workers' own rotation is off (None): old checkpoints go only after the new one is published
+        self.actor_rollout_wg.save_checkpoint(os.path.join(staging, "actor"), remote("actor"), step, None)
         if self.use_critic:
-            self.critic_wg.save_checkpoint(
-                os.path.join(staging, "critic"), remote("critic"), self.global_steps, max_ckpt_to_keep=None
-            )
+            self.critic_wg.save_checkpoint(os.path.join(staging, "critic"), remote("critic"), step, None)
         torch.save(self.train_dataloader.state_dict(), os.path.join(staging, "data.pt"))
-        publish_checkpoint(staging, final)
-        write_tracker(root, self.global_steps)
+        publish_checkpoint(staging, final, metadata={"global_step": step})
+        write_tracker(root, step)
         keep_actor, keep_critic = self._keep_counts()
-        rotate_checkpoints(root, "actor", keep_actor, protect=final)
+        remove_old_checkpoints(root, keep_actor, subdir="actor")
         if self.use_critic:
-            rotate_checkpoints(root, "critic", keep_critic, protect=final)
-        for _, path in _step_dirs(root):  # a step whose roles were all rotated away is gone entirely
-            if not any(os.path.isdir(os.path.join(path, r)) for r in ("actor", "critic")):
-                shutil.rmtree(path, ignore_errors=True)
+            remove_old_checkpoints(root, keep_critic, subdir="critic")
 
     def _load_checkpoint(self) -> int:
         """Resume from the latest (or the named) checkpoint; returns the restored global step (0: from scratch)."""
-        from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+        from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path, is_complete_checkpoint
 
         trainer = self.config.trainer
         mode = trainer.get("resume_mode", "auto")
@@ -106,6 +85,8 @@ class CheckpointMixin:
             folder = os.path.abspath(folder)
             if not os.path.isdir(folder):
                 raise FileNotFoundError(f"trainer.resume_from_path={folder} does not exist")
+            if not is_complete_checkpoint(folder):
+                logger.warning("%s was never published as a complete checkpoint; resuming from it anyway", folder)
         else:
             raise ValueError(f"trainer.resume_mode={mode!r}; expected auto, resume_path or disable")
         self.global_steps = int(folder.rstrip("/").split(_STEP_PREFIX)[-1])

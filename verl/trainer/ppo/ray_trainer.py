@@ -376,6 +376,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
     def _generate(self, batch: DataProto, timing_raw: dict) -> DataProto:
         """Sample ``rollout.n`` responses per prompt and merge them (interleaved) into the repeated batch."""
         gen_batch = self._pop_generation_inputs(batch)
+        gen_batch.meta_info["global_steps"] = self.global_steps
         with marked_timer("gen", timing_raw):
             gen_output = pop_worker_timing(self.actor_rollout_wg.generate_sequences(gen_batch), timing_raw)
         if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
