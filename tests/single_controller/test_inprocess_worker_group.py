@@ -4,7 +4,7 @@ import pytest
 import ray
 import torch
 
-from tests.single_controller.workers_for_tests import AddWorker, SubWorker
+from tests.single_controller.workers_for_tests import AddWorker, AsyncWorker, SubWorker
 from verl import DataProto
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.single_controller.ray import (
@@ -21,7 +21,9 @@ def test_inprocess_group_runs_registered_methods():
     assert wg.env()[0]["WORLD_SIZE"] == "1"
     assert wg.add_scalar(1.0) == [6.0]
     assert wg.dp_compute(DataProto.from_dict({"x": torch.zeros(3)})).batch["x"].tolist() == [5, 5, 5]
-    assert wg.async_dp_compute(DataProto.from_dict({"x": torch.ones(2)})).batch["x"].tolist() == [2, 2]
+    assert wg.double_later(DataProto.from_dict({"x": torch.ones(2)})).batch["x"].tolist() == [2, 2]
+    async_wg = InProcessWorkerGroup(RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(ray.remote(AsyncWorker)))
+    assert async_wg.async_dp_compute(DataProto.from_dict({"x": torch.ones(2)})).batch["x"].tolist() == [2, 2]
     assert wg.all_reduce(2.0) == [2.0]  # a gloo group of one, formed in this process
 
 

@@ -4,7 +4,7 @@ import pytest
 import ray
 import torch
 
-from tests.single_controller.workers_for_tests import AddWorker, SubWorker
+from tests.single_controller.workers_for_tests import AddWorker, AsyncWorker, SubWorker
 from verl import DataProto
 from verl.protocol import DataProtoConfig, DataProtoFuture
 from verl.single_controller.base import Worker
@@ -66,13 +66,23 @@ def test_other_dispatch_modes(group):
         group.dp_list([[1]])
 
 
-def test_non_blocking_async_returns_future(group):
-    future = group.async_dp_compute(DataProto.from_dict({"x": torch.arange(4.0)}))
+def test_non_blocking_returns_future(group):
+    future = group.double_later(DataProto.from_dict({"x": torch.arange(4.0)}))
     assert isinstance(future, DataProtoFuture)
     # a future passes straight into another call, which materialises it on the workers
     out = group.dp_compute(future)
     assert out.batch["x"].tolist() == [10, 12, 15, 17]
     assert future.get().batch["x"].tolist() == [0, 2, 4, 6]
+
+
+def test_async_method_non_blocking(ray_cluster):
+    wg, pool = make_group(2, AsyncWorker)
+    try:
+        future = wg.async_dp_compute(DataProto.from_dict({"x": torch.arange(4.0)}))
+        assert isinstance(future, DataProtoFuture)
+        assert future.get().batch["x"].tolist() == [0, 2, 4, 6]
+    finally:
+        release((wg, pool))
 
 
 def test_auto_padding(group):
@@ -127,7 +137,7 @@ def test_colocated_equals_separate(ray_cluster):
         spawned = wg.spawn(prefix_set={"add", "sub"})
         assert torch.equal(spawned["add"].dp_compute(data).batch["x"], separate_add.batch["x"])
         assert torch.equal(spawned["sub"].dp_compute(data).batch["x"], separate_sub.batch["x"])
-        fut = spawned["add"].async_dp_compute(data)
+        fut = spawned["add"].double_later(data)
         assert fut.get().batch["x"].tolist() == [0, 2, 4, 6]
     finally:
         release((wg, pool))

@@ -22,7 +22,8 @@ class AddWorker(Worker):
         return DataProto.from_dict({"x": out}, meta_info={"rank": self.rank})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
-    async def async_dp_compute(self, data: DataProto) -> DataProto:
+    def double_later(self, data: DataProto) -> DataProto:
+        """Non-blocking: the driver gets a DataProtoFuture."""
         return DataProto.from_dict({"x": data.batch["x"] * 2})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -64,6 +65,14 @@ class AddWorker(Worker):
         tensor = torch.tensor([value * (self.rank + 1)], device=device)
         dist.all_reduce(tensor)
         return tensor.item()
+
+
+class AsyncWorker(Worker):
+    """Has an ``async def`` registered method, so Ray runs it as an async actor."""
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    async def async_dp_compute(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": data.batch["x"] * 2})
 
 
 class SubWorker(Worker):
