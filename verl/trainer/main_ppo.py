@@ -15,6 +15,7 @@ from omegaconf import OmegaConf, open_dict
 
 from verl.trainer.config_validation import check_ppo_config, resolve_device_name
 from verl.trainer.ppo.reward import load_reward_manager
+from verl.utils.builtin_assets import resolve_builtin_paths
 from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ def main(config) -> None:
 
 def prepare_config(config) -> None:
     """Validate ``config`` and resolve ``trainer.device``; raises ConfigError before anything expensive starts."""
+    resolve_builtin_paths(config)  # builtin://... (the default data and model) -> files shipped in verl/assets
     check_ppo_config(config)
     with open_dict(config):
         config.trainer.device = resolve_device_name(config.trainer.device)

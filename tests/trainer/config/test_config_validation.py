@@ -57,6 +57,9 @@ def base_cfg(assets):
         "trainer.n_gpus_per_node=2",
         "trainer.logger=[console]",
         "trainer.device=cpu",
+        # verl's defaults, which these cases were written against (the yaml defaults are the built-in GRPO demo).
+        "algorithm.adv_estimator=gae",
+        "actor_rollout_ref.rollout.n=1",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         return compose(config_name="ppo_trainer", overrides=overrides)
