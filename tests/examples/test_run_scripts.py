@@ -1,0 +1,72 @@
+"""The example run scripts use only config keys that exist (a typo would fail only at launch on a GPU box)."""
+
+import os
+import re
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG_DIR = os.path.join(ROOT, "verl", "trainer", "config")
+_OVERRIDE = re.compile(r"([a-z_][a-z0-9_]*\.[a-z0-9_.]+)=(\S+)")
+
+RL_SCRIPTS = {
+    "examples/ppo_trainer/run_qwen2.5-0.5b.sh": "gae",
+    "examples/grpo_trainer/run_qwen2.5-0.5b.sh": "grpo",
+    "examples/rloo_trainer/run_qwen2.5-0.5b.sh": "rloo",
+    "examples/reinforce_plus_plus_trainer/run_qwen2.5-0.5b.sh": "reinforce_plus_plus",
+    "examples/remax_trainer/run_qwen2.5-0.5b.sh": "remax",
+}
+
+
+def _overrides(script: str) -> dict:
+    """``key=value`` arguments of the script (keys with a dot: shell variables such as ``save_path=$2`` have none)."""
+    found = {}
+    with open(os.path.join(ROOT, script)) as f:
+        for line in f:
+            text = line.strip()
+            if text.startswith("#"):
+                continue
+            text = text.replace('"$@"', "").rstrip("\\").strip()
+            match = _OVERRIDE.fullmatch(text)
+            if match:
+                value = match.group(2).replace('"', "").replace("$HOME", "/home/u")
+                found[match.group(1)] = yaml.safe_load(value)
+    return found
+
+
+def _apply(config_name: str, overrides: dict):
+    cfg = OmegaConf.load(os.path.join(CONFIG_DIR, config_name))
+    OmegaConf.set_struct(cfg, True)
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value, merge=False)  # struct mode: an unknown key raises
+    return cfg
+
+
+@pytest.mark.parametrize("script, estimator", sorted(RL_SCRIPTS.items()))
+def test_rl_scripts_use_known_ppo_trainer_keys(script, estimator):
+    overrides = _overrides(script)
+    assert len(overrides) > 20, overrides
+    cfg = _apply("ppo_trainer.yaml", overrides)
+    assert cfg.algorithm.adv_estimator == estimator
+    assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert cfg.data.train_files == "/home/u/data/gsm8k/train.parquet"
+    # critic-free estimators sample several responses per prompt; GAE trains a critic on the same model
+    if estimator == "gae":
+        assert cfg.critic.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
+    else:
+        assert cfg.actor_rollout_ref.rollout.n > 1
+
+
+def test_sft_script_uses_known_sft_trainer_keys():
+    overrides = _overrides("examples/sft/gsm8k/run_qwen_05_sft.sh")
+    cfg = _apply("sft_trainer.yaml", overrides)
+    assert cfg.data.prompt_key == "extra_info" and list(cfg.data.prompt_dict_keys) == ["question"]
+    assert list(cfg.data.response_dict_keys) == ["answer"]
+    assert cfg.model.partial_pretrain == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_unknown_key_would_be_caught():
+    with pytest.raises(Exception, match="typo_key"):
+        _apply("sft_trainer.yaml", {"data.typo_key": 1})
