@@ -146,7 +146,8 @@ class FSDPVLLMShardingManager(BaseShardingManager):
         """Load a full set of HF-named weights into the engine and drop its now stale prefix cache."""
         if isinstance(weights, dict):
             weights = iter(weights.items())
-        self.inference_engine.collective_rpc(_reload_on_worker, args=(weights, self.tied))
+        with torch.no_grad():  # the gathers run lazily inside the engine's loader: keep autograd out of them
+            self.inference_engine.collective_rpc(_reload_on_worker, args=(weights, self.tied))
         self.inference_engine.reset_prefix_cache()
         self.base_sync_done = True
 

@@ -168,8 +168,9 @@ class vLLMRollout(BaseRollout):
         # The engine runs in this process: the hybrid engine hands it tensors directly.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if on_accelerator:
-            distributed = dist.is_available() and dist.is_initialized() and world_size > 1
-            backend = "external_launcher" if distributed else "uni"
+            # TP > 1: the ranks of a TP group drive one engine together over the existing torch.distributed world
+            # (RANK/LOCAL_RANK from the launcher). TP = 1: an independent in-process engine per rank, as on CPU.
+            backend = "external_launcher" if tp_size > 1 else "uni"
             platform_kwargs = {"enable_sleep_mode": True, "disable_custom_all_reduce": True}
         else:
             backend = "uni"
