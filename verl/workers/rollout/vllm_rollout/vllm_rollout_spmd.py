@@ -171,7 +171,9 @@ class vLLMRollout(BaseRollout):
             # TP > 1: the ranks of a TP group drive one engine together over the existing torch.distributed world
             # (RANK/LOCAL_RANK from the launcher). TP = 1: an independent in-process engine per rank, as on CPU.
             backend = "external_launcher" if tp_size > 1 else "uni"
-            platform_kwargs = {"enable_sleep_mode": True, "disable_custom_all_reduce": True}
+            # Sleep mode (weights and KV cache released between generations) is what free_cache_engine asks for;
+            # the sharding manager sleeps/wakes the engine exactly when it is enabled.
+            platform_kwargs = {"enable_sleep_mode": free_cache_engine, "disable_custom_all_reduce": True}
         else:
             backend = "uni"
             platform_kwargs = {}
