@@ -183,28 +183,30 @@ class vLLMRollout(BaseRollout):
                 )
             self._pin_cpu_threads(_get(config, "cpu_num_threads", None))
 
-        logprobs_mode = _get(config, "logprobs_mode", "processed_logprobs")
-        self.inference_engine = LLM(
-            model=model_path,
-            tensor_parallel_size=tp_size,
-            distributed_executor_backend=backend,
-            dtype=dtype,
-            enforce_eager=enforce_eager,
-            gpu_memory_utilization=gpu_memory_utilization,
-            skip_tokenizer_init=False,
-            max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            load_format="dummy" if load_format.startswith("dummy") else load_format,
-            disable_log_stats=bool(_get(config, "disable_log_stats", True)),
-            max_num_batched_tokens=max_num_batched_tokens,
-            enable_chunked_prefill=enable_chunked_prefill,
-            enable_prefix_caching=True,
-            trust_remote_code=bool(kwargs.get("trust_remote_code", False)),
-            seed=int(_get(config, "seed", 0) or 0),
-            logprobs_mode=logprobs_mode,
+        llm_kwargs = {
+            "model": model_path,
+            "tensor_parallel_size": tp_size,
+            "distributed_executor_backend": backend,
+            "dtype": dtype,
+            "enforce_eager": enforce_eager,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "skip_tokenizer_init": False,
+            "max_model_len": max_model_len,
+            "max_num_seqs": max_num_seqs,
+            "load_format": "dummy" if load_format.startswith("dummy") else load_format,
+            "disable_log_stats": bool(_get(config, "disable_log_stats", True)),
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "enable_chunked_prefill": enable_chunked_prefill,
+            "enable_prefix_caching": True,
+            "trust_remote_code": bool(kwargs.get("trust_remote_code", False)),
+            "seed": int(_get(config, "seed", 0) or 0),
+            # "processed": log-probs of the temperature-scaled distribution the token was sampled from, which is
+            # what the actor recomputes (log_softmax(logits / temperature)).
+            "logprobs_mode": _get(config, "logprobs_mode", "processed_logprobs"),
             **platform_kwargs,
-            **engine_kwargs,
-        )
+        }
+        llm_kwargs.update(engine_kwargs)  # engine_kwargs.vllm has the last word
+        self.inference_engine = LLM(**llm_kwargs)
         if on_accelerator and free_cache_engine:
             # The sharding manager wakes the engine up (weights, then KV cache) before each generation.
             self.inference_engine.sleep(level=1)
