@@ -174,25 +174,37 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             # the HF rollout samples from the actor's own (FSDP) module: no weight hand-off needed
             return rollout_cls(self.actor_module, self.config.rollout), None
         if name == "vllm":
+            from torch.distributed.device_mesh import init_device_mesh
+
             from verl.workers.rollout.vllm_rollout import vLLMRollout
             from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 
+            infer_tp = self.config.rollout.tensor_model_parallel_size
+            world_size = dist.get_world_size()
+            if world_size % infer_tp != 0:
+                raise ValueError(
+                    f"actor_rollout_ref.rollout.tensor_model_parallel_size={infer_tp} must divide the number of "
+                    f"workers ({world_size})"
+                )
+            rollout_mesh = init_device_mesh(
+                device_name, (world_size // infer_tp, infer_tp), mesh_dim_names=("dp", "infer_tp")
+            )
             rollout = vLLMRollout(
                 model_path=self.local_path,
                 config=self.config.rollout,
                 tokenizer=self.tokenizer,
                 model_hf_config=self.hf_config,
-                device_mesh=self.device_mesh,
                 trust_remote_code=self.config.model.get("trust_remote_code", False),
             )
+            load_format = self.config.rollout.load_format
             manager = FSDPVLLMShardingManager(
                 module=self.actor_module,
                 inference_engine=rollout.inference_engine,
                 model_config=self.hf_config,
-                full_params=False,
-                device_mesh=self.device_mesh,
+                full_params="hf" in load_format,
+                device_mesh=rollout_mesh,
                 offload_param=self._is_offload_param,
-                load_format=self.config.rollout.load_format,
+                load_format=load_format,
                 layered_summon=self.config.rollout.get("layered_summon", False),
             )
             return rollout, manager
@@ -258,7 +270,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         start = time.perf_counter()
         manager = self.rollout_sharding_manager or nullcontext()
         with self._on_device(), manager:
-            reshard = time.perf_counter() - start
+            reshard = getattr(manager, "timing", {}).get("reshard", time.perf_counter() - start)
             if self.rollout_sharding_manager is not None:
                 prompts = self.rollout_sharding_manager.preprocess_data(prompts)
             with self._sampling_seed(prompts.meta_info.get("global_steps", 0)):

@@ -103,6 +103,29 @@ def cpu_kv_cache_bytes(
     return -(-max(min(need, budget), floor) // mib) * mib
 
 
+def _supported_engine_kwargs(engine_kwargs: dict) -> dict:
+    """Drop ``engine_kwargs.vllm`` keys this vLLM version no longer has (verl's yaml still sets
+    ``disable_mm_preprocessor_cache``), with a warning; a key no version knows is an error."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    retired = {"disable_mm_preprocessor_cache", "swap_space"}
+    kept = {}
+    for key, value in engine_kwargs.items():
+        if key in known:
+            kept[key] = value
+        elif key in retired:
+            logger.warning("engine_kwargs.vllm.%s is not supported by this vLLM version; ignored", key)
+        else:
+            raise ValueError(
+                f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key} is not an argument of vLLM's engine "
+                f"(vllm {getattr(__import__('vllm'), '__version__', '?')})"
+            )
+    return kept
+
+
 class vLLMRollout(BaseRollout):
     """Generate with an in-process ``vllm.LLM``; ``config`` is the ``actor_rollout_ref.rollout`` section.
 
@@ -157,6 +180,7 @@ class vLLMRollout(BaseRollout):
 
         vllm_kwargs = _as_dict(_as_dict(_get(config, "engine_kwargs", None)).get("vllm"))
         engine_kwargs = {k: v for k, v in vllm_kwargs.items() if v is not None}  # null entries mean "vLLM default"
+        engine_kwargs = _supported_engine_kwargs(engine_kwargs)
         lora_rank = int(kwargs.get("lora_rank", 0) or 0)
         if lora_rank > 0:
             # Adapter sync (TensorLoRARequest per update) is not implemented; a silently stale adapter would be worse.
