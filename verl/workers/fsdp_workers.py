@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -88,6 +88,22 @@ def _reports_compute_time(func):
         return output
 
     return wrapper
+
+
+@contextmanager
+def _resident(module, optimizer=None, offload_param: bool = False, offload_optimizer: bool = False):
+    """Bring an offloaded model (and optimizer state) onto the device for one call, and offload them again after."""
+    if offload_param:
+        load_fsdp_model_to_gpu(module)
+    if optimizer is not None and offload_optimizer:
+        load_fsdp_optimizer(optimizer, torch.device(device_name))
+    try:
+        yield
+    finally:
+        if offload_param:
+            offload_fsdp_model_to_cpu(module)
+        if optimizer is not None and offload_optimizer:
+            offload_fsdp_optimizer(optimizer)
 
 
 def _checkpoint_manager(model, optimizer, lr_scheduler, tokenizer, checkpoint_config):
@@ -244,20 +260,10 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             offload_fsdp_optimizer(self.actor_optimizer)
 
     # ------------------------------------------------------------------------------------------------ methods
-    def _on_device(self):
-        """Bring offloaded actor params back for the duration of a call."""
-        worker = self
-
-        class _Loaded:
-            def __enter__(self):
-                if worker._is_offload_param:
-                    load_fsdp_model_to_gpu(worker.actor_module)
-
-            def __exit__(self, *exc):
-                if worker._is_offload_param:
-                    offload_fsdp_model_to_cpu(worker.actor_module)
-
-        return _Loaded()
+    def _on_device(self, with_optimizer: bool = False):
+        """Bring offloaded actor params (and optimizer state) back for the duration of a call."""
+        optimizer = self.actor_optimizer if with_optimizer else None
+        return _resident(self.actor_module, optimizer, self._is_offload_param, self._is_offload_optimizer)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -340,9 +346,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         """One PPO update over ``data``; returns ``meta_info["metrics"]`` (lists per key)."""
         assert self._is_actor, f"update_actor needs the actor role, this worker is {self.role!r}"
         data = data.to("cpu")
-        with self._on_device():
-            if self._is_offload_optimizer:
-                load_fsdp_optimizer(self.actor_optimizer, torch.device(device_name))
+        with self._on_device(with_optimizer=True):
             start = time.perf_counter()
             metrics = self.actor.update_policy(data=data)
             elapsed = time.perf_counter() - start
@@ -352,8 +356,6 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             )
             metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
             self.actor_lr_scheduler.step()
-            if self._is_offload_optimizer:
-                offload_fsdp_optimizer(self.actor_optimizer)
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -460,22 +462,13 @@ class CriticWorker(Worker, DistProfilerExtension):
             offload_fsdp_optimizer(self.critic_optimizer)
 
     def _loaded(self, optimizer: bool = False):
-        worker = self
-
-        class _Loaded:
-            def __enter__(self):
-                if worker._is_offload_param:
-                    load_fsdp_model_to_gpu(worker.critic_module)
-                if optimizer and worker._is_offload_optimizer:
-                    load_fsdp_optimizer(worker.critic_optimizer, torch.device(device_name))
-
-            def __exit__(self, *exc):
-                if worker._is_offload_param:
-                    offload_fsdp_model_to_cpu(worker.critic_module)
-                if optimizer and worker._is_offload_optimizer:
-                    offload_fsdp_optimizer(worker.critic_optimizer)
-
-        return _Loaded()
+        """Bring offloaded critic params (and optimizer state) back for the duration of a call."""
+        return _resident(
+            self.critic_module,
+            self.critic_optimizer if optimizer else None,
+            self._is_offload_param,
+            self._is_offload_optimizer,
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @_reports_compute_time
