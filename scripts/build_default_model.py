@@ -34,7 +34,7 @@ DEFAULT_OUT = os.path.join(REPO, "verl", "assets", "default_model")
 MODEL = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 512}
 MODEL_SEED = 0
 SFT = {
-    "steps": 1000,
+    "steps": 600,
     "batch_size": 64,
     "lr": 3e-3,
     "max_length": 32,
@@ -107,11 +107,12 @@ def build(out_dir: str, work_dir: str, sft: dict | None = None, threads: int | N
     if os.path.isdir(out_dir):
         shutil.rmtree(out_dir)
     shutil.copytree(final, out_dir)
-    # The SFT checkpoint carries the init's generation config; make sure sampling stops at the tokenizer's eos.
-    for name in ("generation_config.json", "tokenizer_config.json", "chat_template.jinja", "tokenizer.json"):
+    # Ship the tokenizer files exactly as the init had them (portable across transformers 4.x/5.x), and the
+    # generation config that stops sampling at the tokenizer's eos.
+    for name in ("tokenizer_config.json", "chat_template.jinja", "tokenizer.json", "generation_config.json"):
         src = os.path.join(init_dir, name)
-        if os.path.isfile(src) and not os.path.isfile(os.path.join(out_dir, name)):
-            shutil.copy(src, out_dir)
+        if os.path.isfile(src):
+            shutil.copy(src, os.path.join(out_dir, name))
     return {"out_dir": out_dir, "sft_seconds": round(sft_seconds, 1), "total_seconds": round(time.time() - start, 1)}
 
 

@@ -192,7 +192,7 @@ BUILTIN_DEFAULT_RUN = {
     "trainer.default_local_dir": "checkpoints/verl_examples/arithmetic",  # follows experiment_name
     "trainer.logger": ["console"],  # verl: ['console', 'wandb']
     "trainer.n_gpus_per_node": 2,  # verl: 8
-    "trainer.test_freq": 10,  # verl: -1
+    "trainer.test_freq": 5,  # verl: -1
 }
 
 

@@ -1,0 +1,41 @@
+"""The embedded default: ``python -m verl.trainer.main_ppo`` with no overrides but a shorter run.
+
+Only ``trainer.total_training_steps`` is changed (the full run is scripts/benchmark/bench_default_run.py); the data,
+the model, GRPO, the HF rollout, the 2 CPU workers, the validation before and after training all come from the
+shipped defaults, and the checkpoint folder lands in the working directory as it would for a newcomer.
+"""
+
+import os
+
+import pytest
+
+from tests.trainer.ppo_e2e_utils import parse_console_metrics, run_main_ppo
+from verl.utils.builtin_assets import resolve_builtin_path
+
+VAL_KEY = "val-core/verl/arithmetic/reward/mean@1"
+
+
+def test_builtin_assets_are_installed():
+    model = resolve_builtin_path("builtin://default_model")
+    assert os.path.isfile(os.path.join(model, "config.json"))
+    assert os.path.isfile(os.path.join(model, "model.safetensors"))
+    assert os.path.getsize(os.path.join(model, "model.safetensors")) < 20 * 2**20
+    for split in ("train", "test"):
+        assert os.path.isfile(resolve_builtin_path(f"builtin://arithmetic/{split}.parquet"))
+
+
+@pytest.mark.timeout(600)
+def test_default_run_validates_trains_and_reports(tmp_path):
+    result = run_main_ppo(["trainer.total_training_steps=2"], cwd=str(tmp_path), timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    steps = parse_console_metrics(result.stdout)
+    validations = {int(s["step"]): s[VAL_KEY] for s in steps if VAL_KEY in s}
+    # validated before training (step 0) and after the last step (2); the score is an accuracy in [0, 1]
+    assert sorted(validations) == [0, 2], validations
+    assert all(0.0 <= v <= 1.0 for v in validations.values())
+    trained = [s for s in steps if "actor/pg_loss" in s]
+    assert [int(s["step"]) for s in trained] == [1, 2]
+    # GRPO groups of 8 samples: the shipped SFT model gets some right and some wrong, so rewards vary
+    assert all(0.0 < s["critic/score/mean"] < 1.0 for s in trained)
+    run_dir = tmp_path / "checkpoints" / "verl_examples" / "arithmetic"
+    assert (run_dir / "metrics.jsonl").is_file()
