@@ -115,3 +115,76 @@ def test_val_before_train_reports_val_core(workspace):
     trainer.global_steps = 0
     metrics = trainer._validate()
     assert any(k.startswith("val-core/openai/gsm8k/reward/mean@") for k in metrics), metrics
+
+
+def test_reward_model_worker_scores_with_a_sequence_classifier(workspace, tmp_path_factory):
+    from verl.utils.tiny_model import make_tiny_model_dir
+
+    rm_path = make_tiny_model_dir(
+        str(tmp_path_factory.mktemp("rm") / "rm"),
+        head="sequence_classification",
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        seed=3,
+    )
+    config = single_process_config(
+        workspace,
+        "grpo",
+        extra=[
+            "reward_model.enable=True",
+            f"reward_model.model.path={rm_path}",
+            "reward_model.micro_batch_size_per_gpu=4",
+        ],
+    )
+    trainer, before, after = run_one_step(config)
+    metrics = trainer.logged[0]
+    assert "timing_s/worker/compute_rm_score" in metrics
+    # the reward is the model's score (a real number, not the 0/1 of a rule), placed on one token per response
+    assert metrics["critic/score/min"] != metrics["critic/score/max"]
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_reward_model_with_its_own_chat_template(workspace, tmp_path_factory):
+    import json
+    import os
+
+    from verl.utils.tiny_model import make_tiny_model_dir
+
+    rm_path = make_tiny_model_dir(
+        str(tmp_path_factory.mktemp("rm2") / "rm"),
+        head="sequence_classification",
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        seed=4,
+    )
+    # a reward model whose tokenizer formats chats differently: the worker must re-tokenize (template switch)
+    config_path = os.path.join(rm_path, "tokenizer_config.json")
+    with open(config_path) as f:
+        tok_cfg = json.load(f)
+    tok_cfg["chat_template"] = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    with open(config_path, "w") as f:
+        json.dump(tok_cfg, f)
+    for name in ("chat_template.jinja",):
+        if os.path.exists(os.path.join(rm_path, name)):
+            os.remove(os.path.join(rm_path, name))
+    config = single_process_config(
+        workspace,
+        "grpo",
+        extra=[
+            "reward_model.enable=True",
+            f"reward_model.model.path={rm_path}",
+            "reward_model.micro_batch_size_per_gpu=4",
+            "reward_model.max_length=64",
+            "data.return_raw_chat=True",
+        ],
+    )
+    trainer, _, _ = run_one_step(config)
+    worker = trainer.rm_wg.workers[0].worker_dict["rm"]
+    assert worker.input_tokenizer is not None  # the switch was taken
+    assert trainer.logged[0]["critic/score/min"] != trainer.logged[0]["critic/score/max"]

@@ -553,9 +553,12 @@ class RewardModelWorker(Worker, DistProfilerExtension):
         self.tokenizer = hf_tokenizer(local_path, trust_remote_code=trust)
         self.input_tokenizer = None
         if model_cfg.get("input_tokenizer", None):
-            input_path = copy_to_local(model_cfg.input_tokenizer)
-            if input_path != local_path:
-                self.input_tokenizer = hf_tokenizer(input_path, trust_remote_code=trust)
+            input_tokenizer = hf_tokenizer(copy_to_local(model_cfg.input_tokenizer), trust_remote_code=trust)
+            # re-tokenizing with the reward model's chat template is only needed when the two tokenizers differ
+            same = input_tokenizer.get_vocab() == self.tokenizer.get_vocab() and (
+                input_tokenizer.chat_template == self.tokenizer.chat_template
+            )
+            self.input_tokenizer = None if same else input_tokenizer
         hf_config = load_hf_config(local_path, self.tokenizer, {}, trust, num_labels=1)
         hf_config.classifier_dropout = 0.0
         dtype = model_dtype(model_cfg.fsdp_config, is_trainable=False)

@@ -314,6 +314,11 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             with marked_timer("gen_max", timing_raw):
                 batch.batch["reward_baselines"] = self._greedy_baseline(batch, gen_batch)
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        # per-prompt values the rollout did not hand back (the HF rollout returns tensors only) stay with the batch,
+        # e.g. raw_prompt for a reward model that re-applies its own chat template
+        for key, value in gen_batch.non_tensor_batch.items():
+            if key not in gen_output.non_tensor_batch and key != "raw_prompt_ids":
+                batch.non_tensor_batch[key] = value
         batch = batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)
         batch = batch.union(gen_output)
         batch.batch["response_mask"] = compute_response_mask(batch)
