@@ -8,7 +8,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S
-from verl.workers.reward_manager.naive import NaiveRewardManager, decode_sample, merge_extra_info
+from verl.workers.reward_manager.naive import NaiveRewardManager, decode_sample, merge_extra_info, print_examined
 from verl.workers.reward_manager.registry import register
 
 logger = logging.getLogger(__name__)
@@ -82,13 +82,15 @@ class DAPORewardManager(NaiveRewardManager):
             infos.append(info)
             reward_tensor[i, max(valid_response_length - 1, 0)] = reward
 
-            if already_printed.get(data_source, 0) < self.num_examine:
-                already_printed[data_source] = already_printed.get(data_source, 0) + 1
-                print("[prompt]", prompt_str)
-                print("[response]", response_str)
-                print("[ground_truth]", ground_truth)
-                for key, value in (info or {"score": score}).items():
-                    print(f"[{key}]", value)
+            print_examined(
+                already_printed,
+                self.num_examine,
+                data_source,
+                prompt_str,
+                response_str,
+                ground_truth,
+                info or {"score": score},
+            )
 
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": merge_extra_info(infos)}

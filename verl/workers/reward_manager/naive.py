@@ -40,6 +40,20 @@ def split_score(result) -> tuple[float, dict]:
     return float(result), {}
 
 
+def print_examined(
+    already_printed: dict, num_examine: int, data_source, prompt_str, response_str, ground_truth, info: dict
+) -> None:
+    """Print the first ``num_examine`` samples of each data source (prompt, response, truth, score details)."""
+    if already_printed.get(data_source, 0) >= num_examine:
+        return
+    already_printed[data_source] = already_printed.get(data_source, 0) + 1
+    print("[prompt]", prompt_str)
+    print("[response]", response_str)
+    print("[ground_truth]", ground_truth)
+    for key, value in info.items():
+        print(f"[{key}]", value)
+
+
 def merge_extra_info(infos: list[dict]) -> dict[str, list]:
     """Per-sample info dicts -> one list per key, of length ``len(infos)`` whenever the key appears at all.
 
@@ -124,13 +138,15 @@ class NaiveRewardManager:
             infos.append(info)
             reward_tensor[i, max(valid_response_length - 1, 0)] = reward
 
-            if already_printed.get(data_source, 0) < self.num_examine:
-                already_printed[data_source] = already_printed.get(data_source, 0) + 1
-                print("[prompt]", prompt_str)
-                print("[response]", response_str)
-                print("[ground_truth]", ground_truth)
-                for key, value in (info or {"score": reward}).items():
-                    print(f"[{key}]", value)
+            print_examined(
+                already_printed,
+                self.num_examine,
+                data_source,
+                prompt_str,
+                response_str,
+                ground_truth,
+                info or {"score": reward},
+            )
 
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": merge_extra_info(infos)}
