@@ -3,6 +3,7 @@
 No Ray actors: the workers live in this process, which is also how a user debugs a step.
 """
 
+import json
 import math
 
 import pytest
@@ -108,13 +109,28 @@ def test_kl_in_reward_adaptive_and_critic_warmup(workspace):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_val_before_train_reports_val_core(workspace):
-    config = single_process_config(workspace, "grpo", extra=["trainer.val_before_train=True"])
+def test_val_before_train_reports_val_core(workspace, tmp_path):
+    dump_dir = tmp_path / "val_dump"
+    config = single_process_config(
+        workspace,
+        "grpo",
+        extra=[
+            "trainer.val_before_train=True",
+            f"trainer.validation_data_dir={dump_dir}",
+            "actor_rollout_ref.rollout.val_kwargs.n=2",
+            "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+            "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        ],
+    )
     trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
     trainer.init_workers()
     trainer.global_steps = 0
     metrics = trainer._validate()
-    assert any(k.startswith("val-core/openai/gsm8k/reward/mean@") for k in metrics), metrics
+    assert "val-core/openai/gsm8k/reward/mean@2" in metrics, metrics
+    assert "val-aux/openai/gsm8k/reward/std@2" in metrics, metrics
+    # 4 validation prompts x val_kwargs.n=2 samples, one JSON line each
+    lines = (dump_dir / "0.jsonl").read_text().splitlines()
+    assert len(lines) == 8 and all({"input", "output", "score", "step"} <= set(json.loads(x)) for x in lines)
 
 
 def test_reward_model_worker_scores_with_a_sequence_classifier(workspace, tmp_path_factory):
