@@ -51,8 +51,11 @@ def _set_single_process_env() -> None:
     for key in _WORKER_ENV_KEYS:
         os.environ.pop(key, None)
     os.environ.update({"WORLD_SIZE": "1", "RANK": "0", "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0"})
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if "MASTER_PORT" not in os.environ:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        # a fresh port each time: one inherited from a parent process (or left by an earlier group) may be taken
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(WorkerHelper._get_free_port())
 
 
