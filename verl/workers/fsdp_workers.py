@@ -286,25 +286,17 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         output.meta_info["timing"] = {"generate_sequences": time.perf_counter() - start, "reshard": reshard}
         return output.to("cpu")
 
+    @contextmanager
     def _sampling_seed(self, global_step: int):
         """Seed sampling from (rollout.seed, step, rank), so a resumed run draws exactly the samples an
         uninterrupted one would, whatever else used the global RNG in between. The global RNG stream is restored
         afterwards."""
-        worker = self
-
-        class _Seeded:
-            def __enter__(self):
-                on_device = device_name != "cpu"
-                devices = [torch.device(device_name, get_device_id()).index] if on_device else []
-                self._fork = torch.random.fork_rng(devices=devices, device_type=device_name if on_device else "cuda")
-                self._fork.__enter__()
-                base = int(worker.config.rollout.get("seed", 0) or 0)
-                torch.manual_seed((base * 1_000_003 + int(global_step)) * 65_537 + worker.rank)
-
-            def __exit__(self, *exc):
-                return self._fork.__exit__(*exc)
-
-        return _Seeded()
+        on_device = device_name != "cpu"
+        devices = [get_device_id()] if on_device else []
+        with torch.random.fork_rng(devices=devices, device_type=device_name if on_device else "cuda"):
+            base = int(self.config.rollout.get("seed", 0) or 0)
+            torch.manual_seed((base * 1_000_003 + int(global_step)) * 65_537 + self.rank)
+            yield
 
     def _log_prob_meta(self, data: DataProto, section) -> None:
         data.meta_info["micro_batch_size"] = section.log_prob_micro_batch_size_per_gpu

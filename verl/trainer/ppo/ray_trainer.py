@@ -50,17 +50,6 @@ __all__ = [
     "compute_response_mask",
 ]
 
-# estimators that need no critic (gae is the one that does)
-_CRITIC_FREE = {
-    AdvantageEstimator.GRPO,
-    AdvantageEstimator.GRPO_PASSK,
-    AdvantageEstimator.REINFORCE_PLUS_PLUS,
-    AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE,
-    AdvantageEstimator.REMAX,
-    AdvantageEstimator.RLOO,
-    AdvantageEstimator.OPO,
-}
-
 
 def pop_worker_timing(output: DataProto, timing_raw: dict) -> DataProto:
     """Move the seconds a worker reported (``meta_info["timing"]``) into ``timing_raw``."""
@@ -183,7 +172,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         estimator = config.algorithm.adv_estimator
         if estimator == AdvantageEstimator.GAE:
             self.use_critic = True
-        elif estimator in _CRITIC_FREE or estimator in core_algos.ADV_ESTIMATOR_REGISTRY:
+        elif estimator in core_algos.ADV_ESTIMATOR_REGISTRY:  # every registered estimator but gae is critic-free
             self.use_critic = False
         else:
             raise NotImplementedError(f"algorithm.adv_estimator={estimator!r} is not a registered estimator")
