@@ -11,9 +11,11 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
+from verl.base_config import BaseConfig
 from verl.utils.device import is_cuda_available
 
 logger = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ __all__ = [
 
 
 @dataclass
-class ProfilerConfig:
+class ProfilerConfig(BaseConfig):
     """Which ranks to profile and how (keys of the `profiler:` blocks in ppo_trainer.yaml).
 
     `discrete`: each annotated worker call is its own capture instead of one per training step.
@@ -37,12 +39,15 @@ class ProfilerConfig:
     (default `outputs/profile` under the working directory).
     """
 
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("save_path",)
+
     discrete: bool = False
     all_ranks: bool = False
     ranks: list[int] | None = field(default=None)
     save_path: str | None = None
 
     def __post_init__(self):
+        super().__post_init__()
         self.ranks = list(self.ranks) if self.ranks is not None else []
         if not isinstance(self.discrete, bool) or not isinstance(self.all_ranks, bool):
             raise TypeError(f"profiler discrete/all_ranks must be bools, got {self.discrete!r}/{self.all_ranks!r}")

@@ -1,0 +1,119 @@
+"""The typed PPO config mirrors ppo_trainer.yaml: every YAML key is a field with the YAML's default, every field
+the YAML lacks is a documented hidden key, and bad keys or values fail with their names."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from verl.trainer.config import PPOConfig
+from verl.workers.config import ActorConfig, ActorRolloutRefConfig
+
+
+def _compose(overrides=()):
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose("ppo_trainer", overrides=list(overrides))
+
+
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _walk(cls, yaml_section: dict, path: str, problems: list[str], hidden: dict) -> None:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in yaml_section:
+        if key not in fields:
+            problems.append(f"{path}.{key} is in the YAML but not a field of {cls.__name__}")
+    for name, f in fields.items():
+        if name not in yaml_section:
+            hidden.setdefault(cls, set()).add(name)
+            continue
+        value = yaml_section[name]
+        if dataclasses.is_dataclass(hints[name]):
+            _walk(hints[name], value, f"{path}.{name}", problems, hidden)
+        elif _default(f) != value:
+            problems.append(f"{path}.{name}: {cls.__name__} default {_default(f)!r} != YAML {value!r}")
+
+
+def test_every_dataclass_default_equals_the_yaml():
+    yaml = OmegaConf.to_container(_compose(), resolve=True)
+    problems: list[str] = []
+    missing: dict[type, set[str]] = {}
+    _walk(PPOConfig, yaml, "", problems, missing)
+    # a field some section of the YAML lacks must be documented as hidden (verl reads it with a code default)
+    # or be given by the YAML at another place the same class is used (e.g. ref's fsdp_config has fewer keys)
+    present: dict[type, set[str]] = {}
+
+    def collect(cls, section):
+        hints = typing.get_type_hints(cls)
+        present.setdefault(cls, set()).update(section)
+        for name in section:
+            if name in hints and dataclasses.is_dataclass(hints[name]):
+                collect(hints[name], section[name])
+
+    collect(PPOConfig, yaml)
+    for cls, names in missing.items():
+        undocumented = names - present[cls] - set(getattr(cls, "HIDDEN_KEYS", ()))
+        if undocumented:
+            problems.append(f"{cls.__name__} fields {sorted(undocumented)} are neither in the YAML nor HIDDEN_KEYS")
+    assert not problems, "\n".join(problems)
+
+
+def test_default_yaml_builds_with_no_extra_keys():
+    cfg = PPOConfig.from_config(_compose())
+
+    def no_extra(section, path):
+        assert not section.extra, f"{path}: unexpected extra keys {section.extra}"
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if dataclasses.is_dataclass(value):
+                no_extra(value, f"{path}.{f.name}")
+
+    no_extra(cfg, "root")
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-4)
+    assert cfg.critic.rollout_n == cfg.actor_rollout_ref.rollout.n  # interpolations are resolved
+
+
+def test_an_unknown_key_is_an_error_that_names_it():
+    with pytest.raises(ConfigCompositionException, match="actor_rollout_ref.actor.clip_ratioo"):
+        _compose(["actor_rollout_ref.actor.clip_ratioo=0.3"])
+    bad = OmegaConf.create({"actor": {"clip_ratioo": 0.3}})
+    with pytest.raises(TypeError, match=r"actor\.clip_ratioo"):
+        from verl.utils.config import omega_conf_to_dataclass
+
+        omega_conf_to_dataclass(bad, ActorRolloutRefConfig)
+
+
+def test_plus_overrides_keep_working_as_extra_keys():
+    cfg = PPOConfig.from_config(
+        _compose(["+actor_rollout_ref.actor.my_recipe_coef=0.5", "+algorithm.filter_groups.enable=True"])
+    )
+    assert cfg.actor_rollout_ref.actor.my_recipe_coef == 0.5
+    assert cfg.actor_rollout_ref.actor.get("my_recipe_coef") == 0.5
+    assert cfg.algorithm.filter_groups == {"enable": True}
+    # a hidden key is a declared field: +key sets it with its type checked
+    cfg = PPOConfig.from_config(_compose(["+data.gen_batch_size=64", "+actor_rollout_ref.rollout.seed=3"]))
+    assert cfg.data.gen_batch_size == 64 and cfg.data.generation_batch_size == 64
+    assert cfg.actor_rollout_ref.rollout.seed == 3
+
+
+def test_a_value_of_the_wrong_type_names_the_key():
+    with pytest.raises(TypeError, match=r"data\.train_batch_size='many'"):
+        PPOConfig.from_config(_compose(["data.train_batch_size=many"]))
+    with pytest.raises(TypeError, match=r"actor_rollout_ref\.actor\.use_kl_loss=3"):
+        PPOConfig.from_config(_compose(["actor_rollout_ref.actor.use_kl_loss=3"]))
+
+
+def test_sections_read_like_the_dictconfig_they_replace():
+    actor = PPOConfig.from_config(_compose()).actor_rollout_ref.actor
+    assert isinstance(actor, ActorConfig)
+    assert actor["clip_ratio"] == actor.get("clip_ratio") == actor.clip_ratio == 0.2
+    assert "policy_loss" in actor and actor.policy_loss.get("loss_mode") == "vanilla"
+    assert actor.clip_range == (0.2, 0.2)
+    assert OmegaConf.create(actor.to_dict()).optim.lr == actor.optim.lr

@@ -1,0 +1,52 @@
+"""Typed PPO config: `PPOConfig.from_config(hydra_config)` builds every section once.
+
+The YAML files next to this module are where defaults are decided; the dataclasses mirror them (a test keeps the
+two equal) and add types, so a value of the wrong type fails when the config is built, naming its key. Keys a
+recipe's YAML or a `+key=value` override adds are kept as each section's extra keys (see `verl.base_config`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig
+
+from verl.base_config import BaseConfig
+from verl.trainer.config.algorithm import AlgoConfig, KLControlConfig, PFPPOConfig
+from verl.trainer.config.data import CustomClsConfig, DataConfig
+from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, TrainerConfig
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
+
+__all__ = [
+    "AlgoConfig",
+    "CustomClsConfig",
+    "CustomRewardFunctionConfig",
+    "DataConfig",
+    "KLControlConfig",
+    "PFPPOConfig",
+    "PPOConfig",
+    "RayInitConfig",
+    "TrainerConfig",
+]
+
+
+@dataclass
+class PPOConfig(BaseConfig):
+    """The whole `ppo_trainer` config."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    algorithm: AlgoConfig = field(default_factory=AlgoConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+
+    @classmethod
+    def from_config(cls, config: DictConfig | dict | PPOConfig) -> PPOConfig:
+        """The typed config of a composed Hydra config (interpolations resolved; extra keys kept)."""
+        if isinstance(config, cls):
+            return config
+        return omega_conf_to_dataclass(config, cls, allow_extra=True)

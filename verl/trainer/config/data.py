@@ -1,0 +1,75 @@
+"""`data`: the prompt datasets and their loaders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from verl.base_config import BaseConfig
+
+__all__ = ["CustomClsConfig", "DataConfig"]
+
+
+@dataclass
+class CustomClsConfig(BaseConfig):
+    """`data.custom_cls`: a `torch.utils.data.Dataset` subclass used instead of `RLHFDataset`."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class DataConfig(BaseConfig):
+    """`data`."""
+
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = (
+        "gen_batch_size",
+        "dataloader_num_workers",
+        "seed",
+        "cache_dir",
+        "need_tools_kwargs",
+        "chat_template_func",
+        "filter_prompts",
+    )
+
+    tokenizer: str | None = None
+    use_shm: bool = False
+    train_files: str | list[str] = "builtin://arithmetic/train.parquet"
+    val_files: str | list[str] = "builtin://arithmetic/test.parquet"
+    prompt_key: str = "prompt"
+    reward_fn_key: str = "data_source"
+    max_prompt_length: int = 32
+    max_response_length: int = 8
+    train_batch_size: int = 32
+    val_batch_size: int | None = None
+    return_raw_input_ids: bool = False
+    return_raw_chat: bool = False
+    return_full_prompt: bool = False
+    shuffle: bool = True
+    validation_shuffle: bool = False
+    filter_overlong_prompts: bool = False
+    filter_overlong_prompts_workers: int = 1
+    truncation: str = "error"
+    image_key: str = "images"
+    video_key: str = "videos"
+    trust_remote_code: bool = False
+    custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
+    # hidden: prompts per generation batch (null: train_batch_size; DAPO's dynamic sampling sets it)
+    gen_batch_size: int | None = None
+    # hidden: dataloader worker processes (0 loads in the trainer's process; verl uses 8 on GPU nodes)
+    dataloader_num_workers: int = 0
+    # hidden: seed of the training sampler's shuffle
+    seed: int = 1
+    # hidden: where remote (hdfs://) parquet files are copied
+    cache_dir: str = "~/.cache/verl/rlhf"
+    # hidden: warn when a row lacks tools_kwargs (multi-turn tools)
+    need_tools_kwargs: bool = False
+    # hidden: read by verl but unused
+    chat_template_func: str | None = None
+    # hidden: read by verl but unused
+    filter_prompts: bool = True
+
+    @property
+    def generation_batch_size(self) -> int:
+        """Prompts the training dataloader yields per step."""
+        return self.gen_batch_size or self.train_batch_size

@@ -1,0 +1,89 @@
+"""`trainer`, `custom_reward_function` and `ray_init`: the training loop and its surroundings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from verl.base_config import BaseConfig
+
+__all__ = ["CustomRewardFunctionConfig", "RayInitConfig", "TrainerConfig"]
+
+
+@dataclass
+class TrainerConfig(BaseConfig):
+    """`trainer`."""
+
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("remove_previous_ckpt_in_save",)
+
+    balance_batch: bool = True
+    total_epochs: int = 30
+    total_training_steps: int | None = 60
+    profile_steps: list[int] | None = None
+    controller_nsight_options: dict = field(
+        default_factory=lambda: {
+            "trace": "cuda,nvtx,cublas,ucx",
+            "cuda-memory-usage": "true",
+            "cuda-graph-trace": "graph",
+        }
+    )
+    worker_nsight_options: dict = field(
+        default_factory=lambda: {
+            "trace": "cuda,nvtx,cublas,ucx",
+            "cuda-memory-usage": "true",
+            "cuda-graph-trace": "graph",
+            "capture-range": "cudaProfilerApi",
+            "capture-range-end": None,
+            "kill": "none",
+        }
+    )
+    project_name: str = "verl_examples"
+    experiment_name: str = "arithmetic"
+    logger: str | list[str] = field(default_factory=lambda: ["console"])
+    log_val_generations: int = 0
+    rollout_data_dir: str | None = None
+    validation_data_dir: str | None = None
+    nnodes: int = 1
+    n_gpus_per_node: int = 2
+    save_freq: int = -1
+    resume_mode: str = "auto"
+    resume_from_path: str | None = None
+    val_before_train: bool = True
+    val_only: bool = False
+    test_freq: int = 5
+    critic_warmup: int = 0
+    default_hdfs_dir: str | None = None
+    del_local_ckpt_after_load: bool = False
+    default_local_dir: str = "checkpoints/verl_examples/arithmetic"
+    max_actor_ckpt_to_keep: int | None = None
+    max_critic_ckpt_to_keep: int | None = None
+    ray_wait_register_center_timeout: int = 300
+    device: str = "auto"
+    run_report: bool = True
+    # hidden (deprecated in verl): keep only the newest checkpoint, as max_*_ckpt_to_keep=1
+    remove_previous_ckpt_in_save: bool = False
+
+    @property
+    def world_size(self) -> int:
+        """Worker processes of the job: n_gpus_per_node * nnodes."""
+        return self.n_gpus_per_node * self.nnodes
+
+
+@dataclass
+class CustomRewardFunctionConfig(BaseConfig):
+    """`custom_reward_function`: a user's `compute_score` that replaces the built-in rules."""
+
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("reward_kwargs",)
+
+    path: str | None = None
+    name: str = "compute_score"
+    # hidden: keyword arguments bound on every call
+    reward_kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class RayInitConfig(BaseConfig):
+    """`ray_init`: arguments of `ray.init`."""
+
+    num_cpus: int | None = None
+    timeline_json_file: str | None = None

@@ -1,0 +1,80 @@
+"""Config sections the training engines share: FSDP sharding, optimizer, checkpoint contents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from verl.base_config import BaseConfig
+
+__all__ = ["CheckpointConfig", "CriticOptimConfig", "FSDPConfig", "OptimConfig", "WrapPolicyConfig"]
+
+
+@dataclass
+class WrapPolicyConfig(BaseConfig):
+    """Which modules FSDP wraps: by parameter count (`min_num_params > 0`) or the model's layer classes (0)."""
+
+    min_num_params: int = 0
+
+
+@dataclass
+class FSDPConfig(BaseConfig):
+    """`*.fsdp_config`: sharding, offload and prefetch of one FSDP model."""
+
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("model_dtype", "mixed_precision")
+
+    wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    offload_policy: bool = False
+    reshard_after_forward: bool = True
+    fsdp_size: int = -1
+    forward_prefetch: bool = False
+    # hidden (not in the YAML; set with +...): parameter dtype at load (null: fp32 when trained or on CPU, else bf16)
+    model_dtype: str | None = None
+    # hidden: FSDP mixed-precision dtypes {param_dtype, reduce_dtype, buffer_dtype}
+    mixed_precision: dict | None = None
+
+
+@dataclass
+class OptimConfig(BaseConfig):
+    """`actor.optim`: AdamW and its learning-rate schedule."""
+
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("betas",)
+
+    lr: float = 1e-4
+    lr_warmup_steps: int = -1
+    lr_warmup_steps_ratio: float = 0.0
+    min_lr_ratio: float | None = 0.0
+    num_cycles: float = 0.5
+    warmup_style: str = "constant"
+    total_training_steps: int = -1
+    weight_decay: float = 0.01
+    # hidden: AdamW betas
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+
+    def warmup_steps(self) -> int:
+        """`lr_warmup_steps`, or `lr_warmup_steps_ratio` of the total steps when that is negative."""
+        if self.lr_warmup_steps >= 0:
+            return self.lr_warmup_steps
+        return int(self.lr_warmup_steps_ratio * max(self.total_training_steps, 0))
+
+
+@dataclass
+class CriticOptimConfig(OptimConfig):
+    """`critic.optim`: as the actor's, with verl's critic defaults."""
+
+    # the critic's YAML section lists fewer keys than the actor's; these keep the actor's code defaults
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("betas", "lr_warmup_steps", "num_cycles")
+
+    lr: float = 1e-5
+    # null: the cosine schedule's floor is 0
+    min_lr_ratio: float | None = None
+
+
+@dataclass
+class CheckpointConfig(BaseConfig):
+    """What a checkpoint saves and what a resume loads: model, optimizer, extra, hf_model."""
+
+    save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    load_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])

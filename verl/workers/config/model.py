@@ -1,0 +1,79 @@
+"""The `model:` sections: which Hugging Face model a role loads and how it is patched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl.base_config import BaseConfig
+from verl.workers.config.engine import FSDPConfig
+
+__all__ = ["CriticModelConfig", "FusedKernelOptions", "HFModelConfig", "RewardModelModelConfig"]
+
+
+@dataclass
+class FusedKernelOptions(BaseConfig):
+    """Options of the fused log-prob/entropy head."""
+
+    impl_backend: str = "torch"
+
+
+@dataclass
+class HFModelConfig(BaseConfig):
+    """`actor_rollout_ref.model`: the policy model (actor, rollout and reference load the same one)."""
+
+    path: str = "builtin://default_model"
+    custom_chat_template: str | None = None
+    use_shm: bool = False
+    external_lib: str | list[str] | None = None
+    override_config: dict = field(default_factory=dict)
+    enable_gradient_checkpointing: bool = True
+    enable_activation_offload: bool = False
+    use_remove_padding: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
+    use_liger: bool = False
+    use_fused_kernels: bool = False
+    fused_kernel_options: FusedKernelOptions = field(default_factory=FusedKernelOptions)
+    trust_remote_code: bool = False
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank > 0
+
+
+@dataclass
+class CriticModelConfig(BaseConfig):
+    """`critic.model`: the value model (a token-classification head with one label)."""
+
+    path: str = "builtin://default_model"
+    use_shm: bool = False
+    tokenizer_path: str | None = "builtin://default_model"
+    override_config: dict = field(default_factory=dict)
+    external_lib: str | list[str] | None = None
+    enable_gradient_checkpointing: bool = True
+    enable_activation_offload: bool = False
+    use_remove_padding: bool = False
+    trust_remote_code: bool = False
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank > 0
+
+
+@dataclass
+class RewardModelModelConfig(BaseConfig):
+    """`reward_model.model`: a sequence-scoring model."""
+
+    input_tokenizer: str | None = "builtin://default_model"
+    path: str = "~/models/FsfairX-LLaMA3-RM-v0.1"
+    use_shm: bool = False
+    external_lib: str | list[str] | None = None
+    use_remove_padding: bool = False
+    use_fused_kernels: bool = False
+    trust_remote_code: bool = False
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)

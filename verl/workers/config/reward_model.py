@@ -1,0 +1,46 @@
+"""`reward_model`: a model-based reward, the reward manager, and sandboxed code scoring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from verl.base_config import BaseConfig
+from verl.utils.debug import ProfilerConfig
+from verl.workers.config.model import RewardModelModelConfig
+
+__all__ = ["RewardModelConfig", "SandboxFusionConfig"]
+
+
+@dataclass
+class SandboxFusionConfig(BaseConfig):
+    """`reward_model.sandbox_fusion`: a Sandbox Fusion service that runs code for code datasets."""
+
+    url: str | None = None
+    max_concurrent: int = 64
+    memory_limit_mb: int = 1024
+
+
+@dataclass
+class RewardModelConfig(BaseConfig):
+    """`reward_model`."""
+
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("reward_kwargs", "truncation")
+
+    enable: bool = False
+    strategy: str = "fsdp"
+    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
+    micro_batch_size: int | None = None
+    micro_batch_size_per_gpu: int | None = None
+    max_length: int | None = None
+    ulysses_sequence_parallel_size: int = 1
+    use_dynamic_bsz: bool = False
+    forward_max_token_len_per_gpu: int = 32768
+    reward_manager: str = "naive"
+    launch_reward_fn_async: bool = False
+    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # hidden: keyword arguments of the reward manager's constructor
+    reward_kwargs: dict = field(default_factory=dict)
+    # hidden: which side of a re-templated input longer than max_length is cut (left, right or error)
+    truncation: str = "right"

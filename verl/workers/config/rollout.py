@@ -1,0 +1,107 @@
+"""`actor_rollout_ref.rollout`: the inference engine, its sampling, and the multi-turn options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from verl.base_config import BaseConfig
+from verl.utils.debug import ProfilerConfig
+
+__all__ = ["EngineKwargsConfig", "MultiTurnConfig", "RolloutConfig", "SamplingConfig"]
+
+
+@dataclass
+class SamplingConfig(BaseConfig):
+    """`rollout.val_kwargs`: how validation samples (greedy by default)."""
+
+    top_k: int = -1
+    top_p: float = 1.0
+    temperature: float = 0.0
+    n: int = 1
+    do_sample: bool = False
+
+
+@dataclass
+class EngineKwargsConfig(BaseConfig):
+    """`rollout.engine_kwargs`: extra arguments per engine (null values are dropped)."""
+
+    vllm: dict = field(default_factory=lambda: {"swap_space": None, "disable_mm_preprocessor_cache": False})
+    sglang: dict = field(default_factory=lambda: {"attention_backend": None})
+
+
+@dataclass
+class MultiTurnConfig(BaseConfig):
+    """`rollout.multi_turn`: tool calling and interactions over several turns."""
+
+    enable: bool = False
+    max_assistant_turns: int | None = None
+    tool_config_path: str | None = None
+    max_user_turns: int | None = None
+    interaction_config_path: str | None = None
+    completion_callback: str | None = None
+    use_inference_chat_template: bool = False
+    tokenization_sanity_check_mode: str = "strict"
+    format: str = "hermes"
+
+
+@dataclass
+class RolloutConfig(BaseConfig):
+    """`actor_rollout_ref.rollout`. Any other key naming a vLLM `SamplingParams` attribute is passed to sampling."""
+
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = (
+        "seed",
+        "limit_images",
+        "micro_batch_size",
+        "cpu_num_threads",
+        "logprobs_mode",
+    )
+
+    name: str = "hf"
+    mode: str = "sync"
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+    use_fire_sampling: bool = False
+    prompt_length: int = 32
+    response_length: int = 8
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.5
+    ignore_eos: bool = False
+    enforce_eager: bool = True
+    free_cache_engine: bool = True
+    load_format: str = "dummy_dtensor"
+    layered_summon: bool = False
+    tensor_model_parallel_size: int = 1
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None
+    max_num_seqs: int = 1024
+    log_prob_micro_batch_size: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = 64
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    disable_log_stats: bool = True
+    enable_chunked_prefill: bool = True
+    do_sample: bool = True
+    n: int = 8
+    multi_stage_wake_up: bool = False
+    engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
+    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    calculate_log_probs: bool = False
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # hidden: base seed of sampling (the engine seed; per-step, per-rank seeds derive from it)
+    seed: int = 0
+    # hidden: vLLM limit_mm_per_prompt for images
+    limit_images: int | None = None
+    # hidden: HF rollout chunk size (null: the whole batch at once)
+    micro_batch_size: int | None = None
+    # hidden: threads a vLLM CPU engine pins (null: leave vLLM's choice)
+    cpu_num_threads: int | None = None
+    # hidden: which log-probs vLLM returns (processed_logprobs: after temperature / top-k / top-p)
+    logprobs_mode: str = "processed_logprobs"
+
+    @property
+    def effective_max_model_len(self) -> int:
+        """`max_model_len`, or prompt_length + response_length when it is null."""
+        return self.max_model_len or self.prompt_length + self.response_length
