@@ -46,6 +46,13 @@ class BaseConfig(Mapping):
         )
 
     @classmethod
+    def from_config(cls, config) -> BaseConfig:
+        """``config`` (a DictConfig, a mapping, or already this type) as this section type, extra keys kept."""
+        from verl.utils.config import omega_conf_to_dataclass
+
+        return omega_conf_to_dataclass(config, cls, allow_extra=True)
+
+    @classmethod
     def _field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
 

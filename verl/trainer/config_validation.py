@@ -12,11 +12,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from verl.utils.batch_sizes import (
     ConfigError,
@@ -56,27 +53,27 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 DEVICES = ("cpu", "cuda", "npu", "auto")
 
-_ABSENT = object()
+
+def _get(config, key: str):
+    """Value at dotted ``key`` of a typed config (declared fields and extra keys alike)."""
+    node = config
+    for part in key.split("."):
+        try:
+            node = node[part] if isinstance(node, Mapping) else getattr(node, part)
+        except (KeyError, AttributeError):
+            raise ConfigError(f"{key}: missing; expected it in the config") from None
+    return node
 
 
-def _get(config, key: str, default=None):
-    """Value at dotted `key` (interpolations resolved), `default` when absent."""
-    try:
-        value = OmegaConf.select(config, key, default=_ABSENT, throw_on_missing=False)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{key}: cannot be resolved ({exc})") from exc
-    return default if value is _ABSENT else value
-
-
-def _choice(config, key: str, choices: Iterable[str], default=None) -> str:
-    value = _get(config, key, default)
+def _choice(config, key: str, choices: Iterable[str]) -> str:
+    value = _get(config, key)
     if value not in choices:
         raise ConfigError(f"{key}={value!r} is not supported; expected one of {list(choices)}")
     return value
 
 
-def _positive_int(config, key: str, default=None, minimum: int = 1) -> int:
-    value = _get(config, key, default)
+def _positive_int(config, key: str, minimum: int = 1) -> int:
+    value = _get(config, key)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{key}={value!r} must be an integer >= {minimum}")
     return value
@@ -84,14 +81,12 @@ def _positive_int(config, key: str, default=None, minimum: int = 1) -> int:
 
 def uses_critic(config) -> bool:
     """True when the advantage estimator needs a value model (gae)."""
-    return _get(config, "algorithm.adv_estimator", "gae") == "gae"
+    return _get(config, "algorithm.adv_estimator") == "gae"
 
 
 def uses_reference_policy(config) -> bool:
     """True when a reference policy is needed (KL loss in the actor or KL penalty in the reward)."""
-    return bool(_get(config, "actor_rollout_ref.actor.use_kl_loss", False)) or bool(
-        _get(config, "algorithm.use_kl_in_reward", False)
-    )
+    return bool(_get(config, "actor_rollout_ref.actor.use_kl_loss")) or bool(_get(config, "algorithm.use_kl_in_reward"))
 
 
 def resolve_device_name(requested: str) -> str:
@@ -116,10 +111,10 @@ class _Context:
 
 # ------------------------------------------------------------------------------------------------ choices
 def _check_choices(config, ctx: _Context) -> None:
-    if _get(config, "actor_rollout_ref.hybrid_engine", True) is not True:
+    if _get(config, "actor_rollout_ref.hybrid_engine") is not True:
         raise ConfigError("actor_rollout_ref.hybrid_engine=False is not supported; expected True")
     strategy = _choice(config, "actor_rollout_ref.actor.strategy", STRATEGIES)
-    critic_strategy = _get(config, "critic.strategy", strategy)
+    critic_strategy = _get(config, "critic.strategy")
     family = ("megatron",) if strategy == "megatron" else ("fsdp", "fsdp2")
     if critic_strategy not in family:
         raise ConfigError(
@@ -131,46 +126,45 @@ def _check_choices(config, ctx: _Context) -> None:
             "actor_rollout_ref.actor.strategy='megatron' needs megatron-core (pip install megatron-core); "
             "use fsdp or fsdp2 instead"
         )
-    _choice(config, "actor_rollout_ref.rollout.mode", ("sync", "async"), "sync")
-    _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES, "token-mean")
+    _choice(config, "actor_rollout_ref.rollout.mode", ("sync", "async"))
+    _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
     if ctx.use_critic:
-        _choice(config, "critic.loss_agg_mode", LOSS_AGG_MODES, "token-mean")
-    _choice(config, "actor_rollout_ref.actor.policy_loss.loss_mode", ("vanilla", "clip_cov", "kl_cov"), "vanilla")
-    _choice(config, "actor_rollout_ref.actor.optim.warmup_style", ("constant", "cosine"), "constant")
+        _choice(config, "critic.loss_agg_mode", LOSS_AGG_MODES)
+    _choice(config, "actor_rollout_ref.actor.policy_loss.loss_mode", ("vanilla", "clip_cov", "kl_cov"))
+    _choice(config, "actor_rollout_ref.actor.optim.warmup_style", ("constant", "cosine"))
     if ctx.use_critic:
-        _choice(config, "critic.optim.warmup_style", ("constant", "cosine"), "constant")
-    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False):
-        _choice(config, "actor_rollout_ref.actor.kl_loss_type", KL_ESTIMATORS, "low_var_kl")
-    if _get(config, "algorithm.use_kl_in_reward", False):
-        _choice(config, "algorithm.kl_penalty", KL_ESTIMATORS, "kl")
-        if _choice(config, "algorithm.kl_ctrl.type", ("fixed", "adaptive"), "fixed") == "adaptive":
+        _choice(config, "critic.optim.warmup_style", ("constant", "cosine"))
+    if _get(config, "actor_rollout_ref.actor.use_kl_loss"):
+        _choice(config, "actor_rollout_ref.actor.kl_loss_type", KL_ESTIMATORS)
+    if _get(config, "algorithm.use_kl_in_reward"):
+        _choice(config, "algorithm.kl_penalty", KL_ESTIMATORS)
+        if _choice(config, "algorithm.kl_ctrl.type", ("fixed", "adaptive")) == "adaptive":
             _positive_int(config, "algorithm.kl_ctrl.horizon")
-    if _get(config, "algorithm.use_pf_ppo", False):
-        _choice(config, "algorithm.pf_ppo.reweight_method", ("pow", "max_min", "max_random"), "pow")
-    _choice(config, "data.truncation", ("error", "left", "right", "middle"), "error")
+    if _get(config, "algorithm.use_pf_ppo"):
+        _choice(config, "algorithm.pf_ppo.reweight_method", ("pow", "max_min", "max_random"))
+    _choice(config, "data.truncation", ("error", "left", "right", "middle"))
     _choice(
         config,
         "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
         ("off", "strict", "ignore_strippable"),
-        "strict",
     )
-    clip_c = _get(config, "actor_rollout_ref.actor.clip_ratio_c", 3.0)
+    clip_c = _get(config, "actor_rollout_ref.actor.clip_ratio_c")
     if not isinstance(clip_c, int | float) or clip_c <= 1.0:
         raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={clip_c!r} must be a number > 1 (dual-clip constant)")
 
 
 def _check_estimator(config, ctx: _Context) -> None:
-    estimator = _get(config, "algorithm.adv_estimator", "gae")
+    estimator = _get(config, "algorithm.adv_estimator")
     known = ("gae",) + CRITIC_FREE_ESTIMATORS + ctx.extra_estimators
     if estimator not in known:
         raise ConfigError(f"algorithm.adv_estimator={estimator!r} is not supported; expected one of {list(known)}")
-    n = _positive_int(config, "actor_rollout_ref.rollout.n", 1)
+    n = _positive_int(config, "actor_rollout_ref.rollout.n")
     if (estimator in GROUP_ESTIMATORS or str(estimator).startswith("grpo")) and n < 2:
         raise ConfigError(
             f"algorithm.adv_estimator={estimator!r} compares the responses to one prompt, so it needs "
             f"actor_rollout_ref.rollout.n > 1 (got n={n}); set e.g. actor_rollout_ref.rollout.n=4"
         )
-    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False) and _get(config, "algorithm.use_kl_in_reward", False):
+    if _get(config, "actor_rollout_ref.actor.use_kl_loss") and _get(config, "algorithm.use_kl_in_reward"):
         logger.warning("both actor.use_kl_loss and algorithm.use_kl_in_reward are on: the KL is penalised twice")
 
 
@@ -184,33 +178,33 @@ def _check_rollout(config, ctx: _Context) -> None:
             f"actor_rollout_ref.rollout.name={name!r} but {engine[0]} is not installed; install {engine[1]} "
             "or set actor_rollout_ref.rollout.name=hf"
         )
-    if _get(config, "actor_rollout_ref.rollout.mode", "sync") == "async" and name == "hf":
+    if _get(config, "actor_rollout_ref.rollout.mode") == "async" and name == "hf":
         raise ConfigError("actor_rollout_ref.rollout.mode='async' needs name=vllm or sglang; the hf rollout is sync")
-    tp = _positive_int(config, "actor_rollout_ref.rollout.tensor_model_parallel_size", 1)
+    tp = _positive_int(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
     if ctx.n_gpus % tp != 0:
         raise ConfigError(
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide the number of workers "
             f"(trainer.n_gpus_per_node * trainer.nnodes = {ctx.n_gpus})"
         )
-    if _get(config, "actor_rollout_ref.rollout.val_kwargs.do_sample", False):
-        if not _get(config, "actor_rollout_ref.rollout.temperature", 1.0) > 0:
+    if _get(config, "actor_rollout_ref.rollout.val_kwargs.do_sample"):
+        if not _get(config, "actor_rollout_ref.rollout.temperature") > 0:
             raise ConfigError(
                 "actor_rollout_ref.rollout.val_kwargs.do_sample=True needs actor_rollout_ref.rollout.temperature > 0"
             )
-        if _get(config, "actor_rollout_ref.rollout.val_kwargs.temperature", 0) == 0:
+        if _get(config, "actor_rollout_ref.rollout.val_kwargs.temperature") == 0:
             logger.warning("val_kwargs.do_sample=True with val_kwargs.temperature=0 decodes greedily")
-    if name == "vllm" and _get(config, "actor_rollout_ref.rollout.enable_chunked_prefill", True):
+    if name == "vllm" and _get(config, "actor_rollout_ref.rollout.enable_chunked_prefill"):
         max_model_len = _get(config, "actor_rollout_ref.rollout.max_model_len") or (
-            _get(config, "actor_rollout_ref.rollout.prompt_length", 0)
-            + _get(config, "actor_rollout_ref.rollout.response_length", 0)
+            _get(config, "actor_rollout_ref.rollout.prompt_length")
+            + _get(config, "actor_rollout_ref.rollout.response_length")
         )
-        batched = _get(config, "actor_rollout_ref.rollout.max_num_batched_tokens", 8192)
+        batched = _get(config, "actor_rollout_ref.rollout.max_num_batched_tokens")
         if batched < max_model_len:
             raise ConfigError(
                 f"actor_rollout_ref.rollout.max_num_batched_tokens={batched} must be >= max_model_len "
                 f"({max_model_len}) when enable_chunked_prefill is on"
             )
-    if _get(config, "actor_rollout_ref.rollout.multi_turn.enable", False):
+    if _get(config, "actor_rollout_ref.rollout.multi_turn.enable"):
         if not (
             _get(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
             or _get(config, "actor_rollout_ref.rollout.multi_turn.interaction_config_path")
@@ -219,7 +213,7 @@ def _check_rollout(config, ctx: _Context) -> None:
                 "actor_rollout_ref.rollout.multi_turn.enable=True needs multi_turn.tool_config_path or "
                 "multi_turn.interaction_config_path"
             )
-        estimator = _get(config, "algorithm.adv_estimator", "gae")
+        estimator = _get(config, "algorithm.adv_estimator")
         if estimator != "grpo":
             raise ConfigError(
                 f"multi_turn.enable=True supports algorithm.adv_estimator='grpo' only (got {estimator!r})"
@@ -244,14 +238,14 @@ def _check_exclusive(config, section: str, global_key: str, per_gpu_key: str) ->
 
 def _check_batch_sizes(config, ctx: _Context) -> None:
     train_bs = _positive_int(config, "data.train_batch_size")
-    n = _positive_int(config, "actor_rollout_ref.rollout.n", 1)
-    strategy = _get(config, "actor_rollout_ref.actor.strategy", "fsdp")
+    n = _positive_int(config, "actor_rollout_ref.rollout.n")
+    strategy = _get(config, "actor_rollout_ref.actor.strategy")
     if strategy == "megatron":
         prefix = "actor_rollout_ref.actor.megatron"
         model_parallel = (
-            _positive_int(config, f"{prefix}.tensor_model_parallel_size", 1)
-            * _positive_int(config, f"{prefix}.pipeline_model_parallel_size", 1)
-            * _positive_int(config, f"{prefix}.context_parallel_size", 1)
+            _positive_int(config, f"{prefix}.tensor_model_parallel_size")
+            * _positive_int(config, f"{prefix}.pipeline_model_parallel_size")
+            * _positive_int(config, f"{prefix}.context_parallel_size")
         )
         if ctx.n_gpus % model_parallel != 0:
             raise ConfigError(
@@ -270,21 +264,21 @@ def _check_batch_sizes(config, ctx: _Context) -> None:
             "number of samples"
         )
 
-    actor_dynamic = _get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False)
+    actor_dynamic = _get(config, "actor_rollout_ref.actor.use_dynamic_bsz")
     if not actor_dynamic:
         _check_exclusive(config, "actor_rollout_ref.actor", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu")
-    if not _get(config, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", actor_dynamic):
+    if not _get(config, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz"):
         _check_exclusive(
             config, "actor_rollout_ref.rollout", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"
         )
-    if ctx.use_ref and not _get(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", actor_dynamic):
+    if ctx.use_ref and not _get(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz"):
         _check_exclusive(
             config, "actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"
         )
-    critic_dynamic = _get(config, "critic.use_dynamic_bsz", actor_dynamic)
+    critic_dynamic = _get(config, "critic.use_dynamic_bsz")
     if ctx.use_critic and not critic_dynamic:
         _check_exclusive(config, "critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu")
-    if ctx.use_rm and not _get(config, "reward_model.use_dynamic_bsz", critic_dynamic):
+    if ctx.use_rm and not _get(config, "reward_model.use_dynamic_bsz"):
         _check_exclusive(config, "reward_model", "micro_batch_size", "micro_batch_size_per_gpu")
 
     sections = [("actor_rollout_ref.actor", actor_dynamic)] + ([("critic", critic_dynamic)] if ctx.use_critic else [])
@@ -294,7 +288,7 @@ def _check_batch_sizes(config, ctx: _Context) -> None:
             raise ConfigError(
                 f"{section}.ppo_mini_batch_size={mini} must be <= data.train_batch_size={train_bs} (both in prompts)"
             )
-        sp = _get(config, f"{section}.ulysses_sequence_parallel_size", 1)
+        sp = _get(config, f"{section}.ulysses_sequence_parallel_size")
         deprecated_micro = _get(config, f"{section}.ppo_micro_batch_size")
         if not dynamic and deprecated_micro is not None:
             if mini % deprecated_micro != 0:
@@ -307,7 +301,7 @@ def _check_batch_sizes(config, ctx: _Context) -> None:
                     f"{section}.ppo_micro_batch_size={deprecated_micro} * ulysses_sequence_parallel_size={sp} must be "
                     f">= the number of workers ({ctx.n_gpus})"
                 )
-        _positive_int(config, f"{section}.ppo_epochs", 1)
+        _positive_int(config, f"{section}.ppo_epochs")
 
     # The numbers each worker will compute (spec 04 §2.3), so a 0-sized or indivisible batch fails here.
     if strategy != "megatron":
@@ -322,7 +316,7 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
     prompt_len = _positive_int(config, "data.max_prompt_length")
     response_len = _positive_int(config, "data.max_response_length")
     seq_len = prompt_len + response_len
-    is_fsdp = _get(config, "actor_rollout_ref.actor.strategy", "fsdp") != "megatron"
+    is_fsdp = _get(config, "actor_rollout_ref.actor.strategy") != "megatron"
     sp_sections = [("actor_rollout_ref.actor", "actor_rollout_ref.model.use_remove_padding")]
     if ctx.use_ref:
         sp_sections.append(("actor_rollout_ref.ref", "actor_rollout_ref.model.use_remove_padding"))
@@ -331,9 +325,9 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
     if ctx.use_rm:
         sp_sections.append(("reward_model", "reward_model.model.use_remove_padding"))
     for section, rmpad_key in sp_sections:
-        sp = _positive_int(config, f"{section}.ulysses_sequence_parallel_size", 1)
+        sp = _positive_int(config, f"{section}.ulysses_sequence_parallel_size")
         data_parallel_size(ctx.n_gpus, sp, f"{section}.ulysses_sequence_parallel_size")
-        if is_fsdp and sp > 1 and not _get(config, rmpad_key, False):
+        if is_fsdp and sp > 1 and not _get(config, rmpad_key):
             raise ConfigError(f"{section}.ulysses_sequence_parallel_size={sp} > 1 needs {rmpad_key}=True")
 
     # A dynamic micro batch must hold at least one full padded sequence (rearrange_micro_batches asserts it).
@@ -345,10 +339,10 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
         ("critic", "use_dynamic_bsz", "forward_max_token_len_per_gpu", ctx.use_critic),
     ]
     for section, flag, key, used in budgets:
-        if not used or not _get(config, f"{section}.{flag}", False):
+        if not used or not _get(config, f"{section}.{flag}"):
             continue
         sp_section = "actor_rollout_ref.actor" if section.startswith("actor_rollout_ref") else section
-        sp = _get(config, f"{sp_section}.ulysses_sequence_parallel_size", 1)
+        sp = _get(config, f"{sp_section}.ulysses_sequence_parallel_size")
         budget = _get(config, f"{section}.{key}")
         if not isinstance(budget, int) or budget * sp < seq_len:
             raise ConfigError(
@@ -360,15 +354,15 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
 # ------------------------------------------------------------------------------------------------ trainer
 def _check_trainer(config, ctx: _Context) -> None:
     try:
-        normalize_backends(_get(config, "trainer.logger", "console"), key="trainer.logger")
+        normalize_backends(_get(config, "trainer.logger"), key="trainer.logger")
     except (UnknownBackendError, ImportError) as exc:
         raise ConfigError(str(exc)) from exc
-    _positive_int(config, "trainer.total_epochs", 1)
+    _positive_int(config, "trainer.total_epochs")
     total_steps = _get(config, "trainer.total_training_steps")
     if total_steps is not None:
         _positive_int(config, "trainer.total_training_steps")
-    _positive_int(config, "trainer.critic_warmup", 0, minimum=0)
-    mode = _choice(config, "trainer.resume_mode", ("auto", "disable", "resume_path"), "auto")
+    _positive_int(config, "trainer.critic_warmup", minimum=0)
+    mode = _choice(config, "trainer.resume_mode", ("auto", "disable", "resume_path"))
     if mode == "resume_path":
         path = _get(config, "trainer.resume_from_path")
         if not isinstance(path, str) or "global_step_" not in path:
@@ -386,12 +380,12 @@ def _check_trainer(config, ctx: _Context) -> None:
 
 
 def _check_device(config, ctx: _Context) -> None:
-    requested = _choice(config, "trainer.device", DEVICES, "cuda")
+    requested = _choice(config, "trainer.device", DEVICES)
     if not ctx.check_device or requested in ("auto", "cpu"):
         return
     # A driver on a CPU-only head node may steer GPU workers elsewhere in the cluster: only a single-node job
     # started from this machine can be checked locally.
-    if _get(config, "trainer.nnodes", 1) > 1 or os.environ.get("RAY_ADDRESS"):
+    if _get(config, "trainer.nnodes") > 1 or os.environ.get("RAY_ADDRESS"):
         return
     from verl.utils.device import device_exists, get_torch_device
 
@@ -461,7 +455,7 @@ def _load_hf_config(key: str, path: str, trust_remote_code: bool):
 def _check_models(config, ctx: _Context) -> None:
     if not ctx.check_paths:
         return
-    seq_len = _get(config, "data.max_prompt_length", 0) + _get(config, "data.max_response_length", 0)
+    seq_len = _get(config, "data.max_prompt_length") + _get(config, "data.max_response_length")
     models = [
         (
             "actor_rollout_ref.model.path",
@@ -480,12 +474,12 @@ def _check_models(config, ctx: _Context) -> None:
             )
         )
     for path_key, trust_key, sp_key in models:
-        hf_config = _load_hf_config(path_key, _get(config, path_key), _get(config, trust_key, False))
+        hf_config = _load_hf_config(path_key, _get(config, path_key), _get(config, trust_key))
         if hf_config is None:
             continue
         text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
         heads = getattr(text_config, "num_attention_heads", None)
-        sp = _get(config, sp_key, 1)
+        sp = _get(config, sp_key)
         if heads is not None and sp > 1 and heads % sp != 0:
             raise ConfigError(f"{sp_key}={sp} must divide the model's num_attention_heads={heads} ({path_key})")
         if path_key == "actor_rollout_ref.model.path" and _get(config, "actor_rollout_ref.rollout.name") == "vllm":
@@ -522,15 +516,22 @@ def check_ppo_config(
 
     `check_paths=False` skips the data files and model configs (for unit tests or remote paths);
     `check_device=False` skips the local device check; `extra_adv_estimators` adds estimator names that a
-    recipe registers. Only `AutoConfig` is loaded, never weights.
+    recipe registers. Only `AutoConfig` is loaded, never weights. ``config`` is the composed Hydra config or a
+    `PPOConfig`; a value of the wrong type is reported like any other problem.
     """
+    from verl.trainer.config import PPOConfig
+
+    try:
+        config = PPOConfig.from_config(config)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from exc
     per_node = _positive_int(config, "trainer.n_gpus_per_node")
-    nnodes = _positive_int(config, "trainer.nnodes", 1)
+    nnodes = _positive_int(config, "trainer.nnodes")
     ctx = _Context(
         n_gpus=per_node * nnodes,
         use_critic=uses_critic(config),
         use_ref=uses_reference_policy(config),
-        use_rm=bool(_get(config, "reward_model.enable", False)),
+        use_rm=bool(_get(config, "reward_model.enable")),
         check_paths=check_paths,
         check_device=check_device,
         extra_estimators=tuple(extra_adv_estimators),

@@ -13,6 +13,7 @@ import hydra
 import ray
 from omegaconf import OmegaConf, open_dict
 
+from verl.trainer.config import PPOConfig
 from verl.trainer.config_validation import check_ppo_config, resolve_device_name
 from verl.trainer.ppo.reward import load_reward_manager
 from verl.utils.builtin_assets import resolve_builtin_paths
@@ -45,7 +46,7 @@ def prepare_config(config) -> None:
 
 def ray_init_kwargs(config) -> dict:
     """Arguments for ``ray.init``: enough logical CPUs on a CPU box for the task runner plus one per worker."""
-    num_cpus = config.ray_init.get("num_cpus", None)
+    num_cpus = config.ray_init.num_cpus
     if num_cpus is None and config.trainer.device == "cpu":
         workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
         num_cpus = max(os.cpu_count() or 1, workers + 1)
@@ -59,7 +60,7 @@ def run_ppo(config) -> None:
         ray.init(**ray_init_kwargs(config))
     runner = TaskRunner.remote()
     ray.get(runner.run.remote(config))
-    timeline = config.ray_init.get("timeline_json_file", None)
+    timeline = config.ray_init.timeline_json_file
     if timeline:
         ray.timeline(filename=timeline)
 
@@ -71,7 +72,7 @@ def worker_classes(config):
         from verl.single_controller.ray import RayWorkerGroup
         from verl.workers.fsdp_workers import ActorRolloutRefWorker, AsyncActorRolloutRefWorker, CriticWorker
 
-        async_mode = config.actor_rollout_ref.rollout.get("mode", "sync") == "async"
+        async_mode = config.actor_rollout_ref.rollout.mode == "async"
         actor_cls = AsyncActorRolloutRefWorker if async_mode else ActorRolloutRefWorker
         return actor_cls, CriticWorker, RayWorkerGroup
     if strategy == "megatron":
@@ -89,9 +90,10 @@ def build_trainer(config, ray_worker_group_cls=None):
     from verl.utils.fs import copy_to_local
     from verl.utils.tokenizer import hf_processor, hf_tokenizer
 
-    model_cfg = config.actor_rollout_ref.model
-    local_path = copy_to_local(model_cfg.path, use_shm=model_cfg.get("use_shm", False))
-    trust = config.data.get("trust_remote_code", False)
+    typed = PPOConfig.from_config(config)
+    model_cfg = typed.actor_rollout_ref.model
+    local_path = copy_to_local(model_cfg.path, use_shm=model_cfg.use_shm)
+    trust = typed.data.trust_remote_code
     tokenizer = hf_tokenizer(local_path, trust_remote_code=trust)
     processor = hf_processor(local_path, trust_remote_code=trust, use_fast=True)
 
@@ -112,11 +114,11 @@ def build_trainer(config, ray_worker_group_cls=None):
         mapping=mapping,
         use_gpu=config.trainer.device != "cpu",
     )
-    reward_kwargs = config.reward_model.get("reward_kwargs", {}) or {}
-    reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
-    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
-    train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor)
-    val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor)
+    reward_kwargs = typed.reward_model.reward_kwargs
+    reward_fn = load_reward_manager(typed, tokenizer, num_examine=0, **reward_kwargs)
+    val_reward_fn = load_reward_manager(typed, tokenizer, num_examine=1, **reward_kwargs)
+    train_dataset = create_rl_dataset(typed.data.train_files, typed.data, tokenizer, processor)
+    val_dataset = create_rl_dataset(typed.data.val_files, typed.data, tokenizer, processor)
     return RayPPOTrainer(
         config=config,
         tokenizer=tokenizer,
@@ -129,7 +131,7 @@ def build_trainer(config, ray_worker_group_cls=None):
         train_dataset=train_dataset,
         val_dataset=val_dataset,
         collate_fn=collate_fn,
-        train_sampler=create_rl_sampler(config.data, train_dataset),
+        train_sampler=create_rl_sampler(typed.data, train_dataset),
         device_name=config.trainer.device,
     )
 

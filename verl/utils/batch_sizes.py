@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegaconf import open_dict
+from omegaconf import DictConfig, open_dict
 
 __all__ = [
     "ConfigError",
@@ -40,6 +40,15 @@ def _get(section, key: str, default=None):
     if hasattr(section, "get"):
         return section.get(key, default)
     return getattr(section, key, default)
+
+
+def _set(section, key: str, value) -> None:
+    """``section.key = value`` for typed sections, and for DictConfig sections in struct mode."""
+    if isinstance(section, DictConfig):
+        with open_dict(section):
+            section[key] = value
+    else:
+        setattr(section, key, value)
 
 
 def data_parallel_size(world_size: int, sp_size: int, sp_key: str = "ulysses_sequence_parallel_size") -> int:
@@ -104,18 +113,17 @@ class ActorBatchSizes:
 
     def apply_to(self, config) -> None:
         """Write the per-rank values into an `actor_rollout_ref` config section, as verl's worker does."""
-        with open_dict(config):
-            config.actor.ppo_mini_batch_size = self.ppo_mini_batch_size
-            if _get(config.actor, "ppo_micro_batch_size") is not None:
-                config.actor.ppo_micro_batch_size = self.ppo_micro_batch_size_per_gpu
-            config.actor.ppo_micro_batch_size_per_gpu = self.ppo_micro_batch_size_per_gpu
-            if _get(config.rollout, "log_prob_micro_batch_size") is not None:
-                config.rollout.log_prob_micro_batch_size = self.rollout_log_prob_micro_batch_size_per_gpu
-            config.rollout.log_prob_micro_batch_size_per_gpu = self.rollout_log_prob_micro_batch_size_per_gpu
-            if _get(config, "ref") is not None:
-                if _get(config.ref, "log_prob_micro_batch_size") is not None:
-                    config.ref.log_prob_micro_batch_size = self.ref_log_prob_micro_batch_size_per_gpu
-                config.ref.log_prob_micro_batch_size_per_gpu = self.ref_log_prob_micro_batch_size_per_gpu
+        _set(config.actor, "ppo_mini_batch_size", self.ppo_mini_batch_size)
+        if _get(config.actor, "ppo_micro_batch_size") is not None:
+            _set(config.actor, "ppo_micro_batch_size", self.ppo_micro_batch_size_per_gpu)
+        _set(config.actor, "ppo_micro_batch_size_per_gpu", self.ppo_micro_batch_size_per_gpu)
+        if _get(config.rollout, "log_prob_micro_batch_size") is not None:
+            _set(config.rollout, "log_prob_micro_batch_size", self.rollout_log_prob_micro_batch_size_per_gpu)
+        _set(config.rollout, "log_prob_micro_batch_size_per_gpu", self.rollout_log_prob_micro_batch_size_per_gpu)
+        if _get(config, "ref") is not None:
+            if _get(config.ref, "log_prob_micro_batch_size") is not None:
+                _set(config.ref, "log_prob_micro_batch_size", self.ref_log_prob_micro_batch_size_per_gpu)
+            _set(config.ref, "log_prob_micro_batch_size_per_gpu", self.ref_log_prob_micro_batch_size_per_gpu)
 
 
 def normalize_actor_batch_sizes(config, world_size: int) -> ActorBatchSizes:
@@ -164,14 +172,13 @@ class CriticBatchSizes:
 
     def apply_to(self, config) -> None:
         """Write the per-rank values into a `critic` config section, as verl's worker does."""
-        with open_dict(config):
-            config.ppo_mini_batch_size = self.ppo_mini_batch_size
-            if _get(config, "ppo_micro_batch_size") is not None:
-                config.ppo_micro_batch_size = self.ppo_micro_batch_size_per_gpu
-            config.ppo_micro_batch_size_per_gpu = self.ppo_micro_batch_size_per_gpu
-            if _get(config, "forward_micro_batch_size") is not None:
-                config.forward_micro_batch_size = self.forward_micro_batch_size_per_gpu
-            config.forward_micro_batch_size_per_gpu = self.forward_micro_batch_size_per_gpu
+        _set(config, "ppo_mini_batch_size", self.ppo_mini_batch_size)
+        if _get(config, "ppo_micro_batch_size") is not None:
+            _set(config, "ppo_micro_batch_size", self.ppo_micro_batch_size_per_gpu)
+        _set(config, "ppo_micro_batch_size_per_gpu", self.ppo_micro_batch_size_per_gpu)
+        if _get(config, "forward_micro_batch_size") is not None:
+            _set(config, "forward_micro_batch_size", self.forward_micro_batch_size_per_gpu)
+        _set(config, "forward_micro_batch_size_per_gpu", self.forward_micro_batch_size_per_gpu)
 
 
 def normalize_critic_batch_sizes(config, world_size: int) -> CriticBatchSizes:

@@ -1,9 +1,14 @@
-"""Building blocks the FSDP workers share: process group, device mesh, HF model loading, LoRA, optimizer."""
+"""Building blocks the FSDP workers share: process group, device mesh, HF model loading, LoRA, optimizer.
+
+`load_pretrained` and `build_fsdp_model` are the one path by which actor, reference, critic and reward model get
+their tokenizer, HF config and FSDP-wrapped module; the roles differ only in the arguments they pass.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -12,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.utils.device import get_device_name, get_dist_backend, is_accelerator_available
 from verl.utils.fsdp_utils import get_init_weight_context_manager, get_sharding_strategy  # noqa: F401 (re-export)
 from verl.utils.torch_dtypes import PrecisionType
+from verl.workers.config import FSDPConfig, OptimConfig
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +49,7 @@ def create_device_mesh(world_size: int, fsdp_size: int):
 def model_dtype(fsdp_config, is_trainable: bool) -> torch.dtype:
     """Parameter dtype: ``fsdp_config.model_dtype`` if set; else fp32 for trained models (the optimizer needs fp32
     masters) and on CPU (bf16 is emulated there), bf16 for frozen models on accelerators."""
-    name = fsdp_config.get("model_dtype", None) if fsdp_config is not None else None
+    name = fsdp_config.model_dtype if fsdp_config is not None else None
     if name is not None:
         return PrecisionType.to_dtype(name)
     if is_trainable or not is_accelerator_available():
@@ -76,7 +82,8 @@ def load_hf_config(local_path: str, tokenizer, override_config, trust_remote_cod
         "pad_token_id": tokenizer.pad_token_id,
     }
     if override_config:
-        overrides.update(OmegaConf.to_container(override_config) if isinstance(override_config, DictConfig) else {})
+        is_omega = isinstance(override_config, DictConfig)
+        overrides.update(OmegaConf.to_container(override_config) if is_omega else dict(override_config))
     update_model_config(hf_config, overrides)
     return hf_config
 
@@ -101,8 +108,8 @@ def apply_lora(module, model_config, task_type: str = "CAUSAL_LM"):
     """Wrap ``module`` with PEFT LoRA adapters (``lora_rank``, ``lora_alpha``, ``target_modules``)."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    target_modules = model_config.get("target_modules", "all-linear")
-    if isinstance(target_modules, DictConfig | list) or OmegaConf.is_list(target_modules):
+    target_modules = model_config.target_modules
+    if isinstance(target_modules, list | tuple) or OmegaConf.is_list(target_modules):
         target_modules = list(target_modules)
     module.enable_input_require_grads()
     lora_config = LoraConfig(
@@ -115,22 +122,19 @@ def apply_lora(module, model_config, task_type: str = "CAUSAL_LM"):
     return get_peft_model(module, lora_config)
 
 
-def build_optimizer(module: torch.nn.Module, optim_config):
+def build_optimizer(module: torch.nn.Module, optim_config: OptimConfig):
     """AdamW plus the warmup scheduler ``optim.warmup_style`` names (constant or cosine)."""
     from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
-    betas = tuple(optim_config.get("betas", (0.9, 0.999)))
     optimizer = torch.optim.AdamW(
         [p for p in module.parameters() if p.requires_grad],
         lr=optim_config.lr,
-        betas=betas,
-        weight_decay=optim_config.get("weight_decay", 0.01),
+        betas=tuple(optim_config.betas),
+        weight_decay=optim_config.weight_decay,
     )
-    total_steps = int(optim_config.get("total_training_steps", -1) or -1)
-    warmup_steps = int(optim_config.get("lr_warmup_steps", -1) or -1)
-    if warmup_steps < 0:
-        warmup_steps = int(float(optim_config.get("lr_warmup_steps_ratio", 0.0)) * max(total_steps, 0))
-    style = optim_config.get("warmup_style", "constant")
+    total_steps = optim_config.total_training_steps
+    warmup_steps = optim_config.warmup_steps()
+    style = optim_config.warmup_style
     if style == "constant":
         scheduler = get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup_steps)
     elif style == "cosine":
@@ -140,9 +144,84 @@ def build_optimizer(module: torch.nn.Module, optim_config):
             optimizer,
             num_warmup_steps=warmup_steps,
             num_training_steps=total_steps,
-            min_lr_ratio=optim_config.get("min_lr_ratio", 0.0) or 0.0,
-            num_cycles=optim_config.get("num_cycles", 0.5),
+            min_lr_ratio=optim_config.min_lr_ratio or 0.0,
+            num_cycles=optim_config.num_cycles,
         )
     else:
         raise ValueError(f"optim.warmup_style={style!r} is not supported; expected 'constant' or 'cosine'")
     return optimizer, scheduler
+
+
+@dataclass
+class PretrainedFiles:
+    """A model's local folder, its tokenizer and its (overridden) HF config."""
+
+    local_path: str
+    tokenizer: object
+    hf_config: object
+
+
+def load_pretrained(
+    path: str,
+    *,
+    use_shm: bool = False,
+    trust_remote_code: bool = False,
+    tokenizer_path: str | None = None,
+    override_config: dict | None = None,
+    chat_template: str | None = None,
+    **config_kwargs,
+) -> PretrainedFiles:
+    """Copy a model folder local (hdfs://, /dev/shm) and load its tokenizer and HF config.
+
+    The config gets the tokenizer's special-token ids and ``override_config``; ``config_kwargs`` go to
+    ``AutoConfig.from_pretrained`` (e.g. ``num_labels=1`` for value and reward heads).
+    """
+    from verl.utils.fs import copy_to_local
+    from verl.utils.tokenizer import hf_tokenizer
+
+    local_path = copy_to_local(path, use_shm=use_shm)
+    tokenizer_local = copy_to_local(tokenizer_path) if tokenizer_path else local_path
+    tokenizer = hf_tokenizer(tokenizer_local, trust_remote_code=trust_remote_code)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    hf_config = load_hf_config(local_path, tokenizer, override_config or {}, trust_remote_code, **config_kwargs)
+    return PretrainedFiles(local_path, tokenizer, hf_config)
+
+
+def build_fsdp_model(
+    auto_cls,
+    files: PretrainedFiles,
+    *,
+    strategy: str,
+    fsdp_config: FSDPConfig,
+    device_mesh,
+    trainable: bool,
+    trust_remote_code: bool = False,
+    gradient_checkpointing: bool = False,
+    lora_config=None,
+    lora_task_type: str = "CAUSAL_LM",
+    cpu_offload: bool | None = None,
+) -> torch.nn.Module:
+    """Load ``files`` with ``auto_cls`` and shard it with FSDP1/FSDP2 (``strategy``) over ``device_mesh``.
+
+    ``trainable`` picks the parameter dtype (fp32 masters for the optimizer) and whether activations are
+    checkpointed; ``lora_config`` (with ``lora_rank``, ``lora_alpha``, ``target_modules``) wraps the model with PEFT
+    adapters first. ``cpu_offload``: None leaves it to ``fsdp_config.offload_policy``; frozen models pass True.
+    """
+    from verl.utils.fsdp_utils import wrap_model_for_training
+
+    dtype = model_dtype(fsdp_config, is_trainable=trainable)
+    module = load_hf_model(auto_cls, files.local_path, files.hf_config, dtype, trust_remote_code, device_mesh)
+    if trainable and gradient_checkpointing:
+        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora_config is not None:
+        module = apply_lora(module, lora_config, task_type=lora_task_type)
+    return wrap_model_for_training(
+        module,
+        strategy,
+        device_mesh,
+        fsdp_config=fsdp_config,
+        mixed_precision_config=fsdp_config.mixed_precision,
+        cpu_offload=cpu_offload,
+        is_lora=lora_config is not None,
+    )

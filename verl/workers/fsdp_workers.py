@@ -6,13 +6,14 @@ The trainer calls their ``@register``ed methods through worker groups; the heavy
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from verl import DataProto
 from verl.single_controller.base import Worker
@@ -22,26 +23,24 @@ from verl.utils.batch_sizes import (
     normalize_critic_batch_sizes,
     normalize_reward_model_micro_batch_size,
 )
+from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension, ProfilerConfig
 from verl.utils.device import get_device_id, get_device_name
-from verl.utils.fs import copy_to_local
 from verl.utils.fsdp_utils import (
     load_fsdp_model_to_gpu,
     load_fsdp_optimizer,
     offload_fsdp_model_to_cpu,
     offload_fsdp_optimizer,
-    wrap_model_for_training,
 )
 from verl.utils.import_utils import import_external_libs
+from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 from verl.workers.fsdp_setup import (
-    apply_lora,
+    build_fsdp_model,
     build_optimizer,
     create_device_mesh,
     get_sharding_strategy,
     init_distributed,
-    load_hf_config,
-    load_hf_model,
-    model_dtype,
+    load_pretrained,
 )
 
 logger = logging.getLogger(__name__)
@@ -60,11 +59,16 @@ __all__ = [
 _ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
 
-def _profiler(worker: Worker, section) -> DistProfiler:
-    cfg = section.get("profiler", None) if section is not None else None
-    profiler_config = ProfilerConfig(
-        **{k: v for k, v in (cfg or {}).items() if k in ("discrete", "all_ranks", "ranks")}
-    )
+def _typed(config, section_type):
+    """The worker's own typed copy of its config section (a DictConfig from a recipe, or a typed section).
+
+    A copy, because the worker rewrites batch sizes to per-rank values: with the in-process group the trainer's
+    object must not change under it.
+    """
+    return copy.deepcopy(omega_conf_to_dataclass(config, section_type, allow_extra=True))
+
+
+def _profiler(worker: Worker, profiler_config: ProfilerConfig) -> DistProfiler:
     return DistProfiler(rank=worker.rank, config=profiler_config)
 
 
@@ -90,20 +94,41 @@ def _reports_compute_time(func):
     return wrapper
 
 
-@contextmanager
-def _resident(module, optimizer=None, offload_param: bool = False, offload_optimizer: bool = False):
-    """Bring an offloaded model (and optimizer state) onto the device for one call, and offload them again after."""
-    if offload_param:
-        load_fsdp_model_to_gpu(module)
-    if optimizer is not None and offload_optimizer:
-        load_fsdp_optimizer(optimizer, torch.device(device_name))
-    try:
-        yield
-    finally:
-        if offload_param:
+class OffloadGuard:
+    """Where a trained model's parameters and optimizer state live between calls (``fsdp_config.param_offload`` /
+    ``optimizer_offload``): offloaded to host memory after start-up, brought back for the length of a call."""
+
+    def __init__(self, offload_param: bool, offload_optimizer: bool) -> None:
+        self.offload_param = offload_param
+        self.offload_optimizer = offload_optimizer
+        self.module = self.optimizer = None
+
+    def attach(self, module, optimizer=None) -> None:
+        """Guard ``module`` (and ``optimizer``) and offload them now, as configured."""
+        self.module, self.optimizer = module, optimizer
+        if self.offload_param:
             offload_fsdp_model_to_cpu(module)
-        if optimizer is not None and offload_optimizer:
-            offload_fsdp_optimizer(optimizer)
+        self.offload_optimizer_state()
+
+    def offload_optimizer_state(self) -> None:
+        if self.optimizer is not None and self.offload_optimizer:
+            offload_fsdp_optimizer(self.optimizer)
+
+    @contextmanager
+    def resident(self, with_optimizer: bool = False):
+        """The model (and, ``with_optimizer``, its optimizer state) on the device for the block."""
+        optimizer = self.optimizer if with_optimizer and self.offload_optimizer else None
+        if self.offload_param:
+            load_fsdp_model_to_gpu(self.module)
+        if optimizer is not None:
+            load_fsdp_optimizer(optimizer, torch.device(device_name))
+        try:
+            yield
+        finally:
+            if self.offload_param:
+                offload_fsdp_model_to_cpu(self.module)
+            if optimizer is not None:
+                offload_fsdp_optimizer(optimizer)
 
 
 def _checkpoint_manager(model, optimizer, lr_scheduler, tokenizer, checkpoint_config):
@@ -122,24 +147,29 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
     """One process of the policy: trains it (actor), samples from it (rollout), and/or scores with a frozen copy
     (ref). ``config`` is the ``actor_rollout_ref`` section."""
 
-    def __init__(self, config: DictConfig, role: str):
+    def __init__(self, config: ActorRolloutRefConfig | DictConfig, role: str):
         Worker.__init__(self)
         assert role in _ROLES, f"role must be one of {_ROLES}, got {role!r}"
-        self.config = config
+        self.config = config = _typed(config, ActorRolloutRefConfig)
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
-        self._is_lora = config.model.get("lora_rank", 0) > 0
+        self._is_lora = config.model.is_lora
         init_distributed()
         world_size = dist.get_world_size()
-        self.device_mesh = create_device_mesh(world_size, config.actor.fsdp_config.get("fsdp_size", -1))
-        self._is_offload_param = self._is_actor and config.actor.fsdp_config.get("param_offload", False)
-        self._is_offload_optimizer = self._is_actor and config.actor.fsdp_config.get("optimizer_offload", False)
-        if self._is_actor or self._is_ref or self._is_rollout:
-            sizes = normalize_actor_batch_sizes(config, world_size)
-            sizes.apply_to(self.config)
-        DistProfilerExtension.__init__(self, _profiler(self, config.get("actor", None)))
+        fsdp_config = config.actor.fsdp_config
+        self.device_mesh = create_device_mesh(world_size, fsdp_config.fsdp_size)
+        self.offload = OffloadGuard(
+            offload_param=self._is_actor and fsdp_config.param_offload,
+            offload_optimizer=self._is_actor and fsdp_config.optimizer_offload,
+        )
+        normalize_actor_batch_sizes(config, world_size).apply_to(config)
+        # the engines read these from their own section (verl copies them from model.*)
+        for section in (config.actor, config.ref):
+            section.use_remove_padding = config.model.use_remove_padding
+            section.use_fused_kernels = config.model.use_fused_kernels
+        DistProfilerExtension.__init__(self, _profiler(self, config.actor.profiler))
         self.actor = self.rollout = self.ref_policy = None
         self.checkpoint_manager = None
 
@@ -148,33 +178,27 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         """Load the policy model (FSDP-wrapped) and, when ``trainable``, its optimizer and scheduler."""
         from transformers import AutoModelForCausalLM
 
-        from verl.utils.tokenizer import hf_tokenizer
-
         model_cfg = self.config.model
-        local_path = copy_to_local(model_cfg.path, use_shm=model_cfg.get("use_shm", False))
-        trust = model_cfg.get("trust_remote_code", False)
-        self.tokenizer = hf_tokenizer(local_path, trust_remote_code=trust)
-        if model_cfg.get("custom_chat_template", None) is not None:
-            self.tokenizer.chat_template = model_cfg.custom_chat_template
-        self.local_path = local_path
-        hf_config = load_hf_config(local_path, self.tokenizer, model_cfg.get("override_config", {}), trust)
-        self.hf_config = hf_config
-        fsdp_config = self.config.actor.fsdp_config if trainable else self.config.ref.fsdp_config
-        dtype = model_dtype(fsdp_config, is_trainable=trainable)
-        module = load_hf_model(AutoModelForCausalLM, local_path, hf_config, dtype, trust, self.device_mesh)
-        if trainable and model_cfg.get("enable_gradient_checkpointing", False):
-            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if trainable and self._is_lora:
-            module = apply_lora(module, model_cfg)
-        strategy = self.config.actor.strategy if trainable else self.config.ref.strategy
-        module = wrap_model_for_training(
-            module,
-            strategy,
-            self.device_mesh,
-            fsdp_config=fsdp_config,
-            mixed_precision_config=fsdp_config.get("mixed_precision", None),
+        files = load_pretrained(
+            model_cfg.path,
+            use_shm=model_cfg.use_shm,
+            trust_remote_code=model_cfg.trust_remote_code,
+            override_config=model_cfg.override_config,
+            chat_template=model_cfg.custom_chat_template,
+        )
+        self.tokenizer, self.local_path, self.hf_config = files.tokenizer, files.local_path, files.hf_config
+        section = self.config.actor if trainable else self.config.ref
+        module = build_fsdp_model(
+            AutoModelForCausalLM,
+            files,
+            strategy=section.strategy,
+            fsdp_config=section.fsdp_config,
+            device_mesh=self.device_mesh,
+            trainable=trainable,
+            trust_remote_code=model_cfg.trust_remote_code,
+            gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
+            lora_config=model_cfg if trainable and self._is_lora else None,
             cpu_offload=None if trainable else True,
-            is_lora=self._is_lora and trainable,
         )
         if not trainable:
             return module, None, None
@@ -210,7 +234,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 config=self.config.rollout,
                 tokenizer=self.tokenizer,
                 model_hf_config=self.hf_config,
-                trust_remote_code=self.config.model.get("trust_remote_code", False),
+                trust_remote_code=self.config.model.trust_remote_code,
             )
             load_format = self.config.rollout.load_format
             manager = FSDPVLLMShardingManager(
@@ -219,9 +243,9 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 model_config=self.hf_config,
                 full_params="hf" in load_format,
                 device_mesh=rollout_mesh,
-                offload_param=self._is_offload_param,
+                offload_param=self.offload.offload_param,
                 load_format=load_format,
-                layered_summon=self.config.rollout.get("layered_summon", False),
+                layered_summon=self.config.rollout.layered_summon,
             )
             return rollout, manager
         if name == "sglang":
@@ -235,14 +259,10 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         """Build the models this role needs (actor + optimizer, rollout engine, reference)."""
         from verl.workers.actor import DataParallelPPOActor
 
-        import_external_libs(self.config.model.get("external_lib", None))
+        import_external_libs(self.config.model.external_lib)
         if self._is_actor or self._is_rollout:
-            trainable = self._is_actor
-            self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_policy(trainable)
+            self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_policy(self._is_actor)
             if self._is_actor:
-                with open_dict(self.config.actor):
-                    self.config.actor.use_remove_padding = self.config.model.get("use_remove_padding", False)
-                    self.config.actor.use_fused_kernels = self.config.model.get("use_fused_kernels", False)
                 self.actor = DataParallelPPOActor(self.config.actor, self.actor_module, self.actor_optimizer)
                 from verl.utils.flops_counter import FlopsCounter
 
@@ -251,20 +271,11 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             self.rollout, self.rollout_sharding_manager = self._build_rollout()
         if self._is_ref:
             ref_module, _, _ = self._build_policy(trainable=False)
-            with open_dict(self.config.ref):
-                self.config.ref.use_remove_padding = self.config.model.get("use_remove_padding", False)
             self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module)
-        if self._is_offload_param:
-            offload_fsdp_model_to_cpu(self.actor_module)
-        if self._is_offload_optimizer:
-            offload_fsdp_optimizer(self.actor_optimizer)
+        if self._is_actor or self._is_rollout:
+            self.offload.attach(self.actor_module, self.actor_optimizer)
 
     # ------------------------------------------------------------------------------------------------ methods
-    def _on_device(self, with_optimizer: bool = False):
-        """Bring offloaded actor params (and optimizer state) back for the duration of a call."""
-        optimizer = self.actor_optimizer if with_optimizer else None
-        return _resident(self.actor_module, optimizer, self._is_offload_param, self._is_offload_optimizer)
-
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses for left-padded prompts (n per prompt, interleaved)."""
@@ -275,7 +286,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         prompts.meta_info["pad_token_id"] = self.tokenizer.pad_token_id
         start = time.perf_counter()
         manager = self.rollout_sharding_manager or nullcontext()
-        with self._on_device(), manager:
+        with self.offload.resident(), manager:
             reshard = getattr(manager, "timing", {}).get("reshard", time.perf_counter() - start)
             if self.rollout_sharding_manager is not None:
                 prompts = self.rollout_sharding_manager.preprocess_data(prompts)
@@ -294,7 +305,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         on_device = device_name != "cpu"
         devices = [get_device_id()] if on_device else []
         with torch.random.fork_rng(devices=devices, device_type=device_name if on_device else "cuda"):
-            base = int(self.config.rollout.get("seed", 0) or 0)
+            base = self.config.rollout.seed
             torch.manual_seed((base * 1_000_003 + int(global_step)) * 65_537 + self.rank)
             yield
 
@@ -312,7 +323,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         is_lora = data.meta_info.pop("is_lora", False)
         self._log_prob_meta(data, self.config.rollout)
         adapter_off = self.actor_module.disable_adapter() if is_lora else nullcontext()
-        with self._on_device(), adapter_off:
+        with self.offload.resident(), adapter_off:
             log_probs, entropys = self.actor.compute_log_prob(data=data, calculate_entropy=True)
         return DataProto.from_dict(
             {"old_log_probs": log_probs, "entropys": entropys},
@@ -338,7 +349,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         """One PPO update over ``data``; returns ``meta_info["metrics"]`` (lists per key)."""
         assert self._is_actor, f"update_actor needs the actor role, this worker is {self.role!r}"
         data = data.to("cpu")
-        with self._on_device(with_optimizer=True):
+        with self.offload.resident(with_optimizer=True):
             start = time.perf_counter()
             metrics = self.actor.update_policy(data=data)
             elapsed = time.perf_counter() - start
@@ -354,7 +365,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         """Save this rank's shard of model / optimizer / extra state under ``local_path``."""
         assert self._is_actor, f"save_checkpoint needs the actor role, this worker is {self.role!r}"
-        with self._on_device():
+        with self.offload.resident():
             self._checkpointer().save_checkpoint(
                 local_path=local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep
             )
@@ -368,7 +379,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 self.actor_optimizer,
                 self.actor_lr_scheduler,
                 self.tokenizer,
-                self.config.actor.get("checkpoint", None),
+                self.config.actor.checkpoint,
             )
         return self.checkpoint_manager
 
@@ -376,12 +387,11 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
     def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
         """Restore this rank's shard saved by :meth:`save_checkpoint`."""
         assert self._is_actor or self._is_rollout, f"load_checkpoint: role {self.role!r} holds no checkpoint"
-        with self._on_device():
+        with self.offload.resident():
             self._checkpointer().load_checkpoint(
                 local_path=local_path, hdfs_path=hdfs_path, del_local_after_load=del_local_after_load
             )
-        if self._is_offload_optimizer:
-            offload_fsdp_optimizer(self.actor_optimizer)
+        self.offload.offload_optimizer_state()
 
 
 class AsyncActorRolloutRefWorker(ActorRolloutRefWorker):
@@ -395,17 +405,16 @@ class AsyncActorRolloutRefWorker(ActorRolloutRefWorker):
 class CriticWorker(Worker, DistProfilerExtension):
     """One process of the value model (``critic`` section)."""
 
-    def __init__(self, config: DictConfig):
+    def __init__(self, config: CriticConfig | DictConfig):
         Worker.__init__(self)
-        self.config = config
+        self.config = config = _typed(config, CriticConfig)
         init_distributed()
         world_size = dist.get_world_size()
         fsdp_config = config.model.fsdp_config
-        self.device_mesh = create_device_mesh(world_size, fsdp_config.get("fsdp_size", -1))
-        self._is_offload_param = fsdp_config.get("param_offload", False)
-        self._is_offload_optimizer = fsdp_config.get("optimizer_offload", False)
-        normalize_critic_batch_sizes(config, world_size).apply_to(self.config)
-        DistProfilerExtension.__init__(self, _profiler(self, config))
+        self.device_mesh = create_device_mesh(world_size, fsdp_config.fsdp_size)
+        self.offload = OffloadGuard(fsdp_config.param_offload, fsdp_config.optimizer_offload)
+        normalize_critic_batch_sizes(config, world_size).apply_to(config)
+        DistProfilerExtension.__init__(self, _profiler(self, config.profiler))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
@@ -413,54 +422,40 @@ class CriticWorker(Worker, DistProfilerExtension):
         from transformers import AutoModelForTokenClassification
 
         from verl.utils.flops_counter import FlopsCounter
-        from verl.utils.tokenizer import hf_tokenizer
         from verl.workers.critic import DataParallelPPOCritic
 
-        import_external_libs(self.config.model.get("external_lib", None))
         model_cfg = self.config.model
-        trust = model_cfg.get("trust_remote_code", False)
-        local_path = copy_to_local(model_cfg.path, use_shm=model_cfg.get("use_shm", False))
-        tokenizer_path = copy_to_local(model_cfg.get("tokenizer_path", None) or model_cfg.path)
-        self.tokenizer = hf_tokenizer(tokenizer_path, trust_remote_code=trust)
-        hf_config = load_hf_config(
-            local_path, self.tokenizer, model_cfg.get("override_config", {}), trust, num_labels=1
+        import_external_libs(model_cfg.external_lib)
+        files = load_pretrained(
+            model_cfg.path,
+            use_shm=model_cfg.use_shm,
+            trust_remote_code=model_cfg.trust_remote_code,
+            tokenizer_path=model_cfg.tokenizer_path,
+            override_config=model_cfg.override_config,
+            num_labels=1,
         )
+        self.tokenizer = files.tokenizer
         # dropout makes value targets noisy and runs irreproducible
         for key in ("classifier_dropout", "hidden_dropout", "summary_dropout_prob", "attention_dropout"):
-            if hasattr(hf_config, key):
-                setattr(hf_config, key, 0.0)
-        dtype = model_dtype(model_cfg.fsdp_config, is_trainable=True)
-        module = load_hf_model(AutoModelForTokenClassification, local_path, hf_config, dtype, trust, self.device_mesh)
-        if model_cfg.get("enable_gradient_checkpointing", False):
-            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if model_cfg.get("lora_rank", 0) > 0:
-            module = apply_lora(module, model_cfg, task_type="TOKEN_CLS")
-        module = wrap_model_for_training(
-            module,
-            self.config.strategy,
-            self.device_mesh,
+            if hasattr(files.hf_config, key):
+                setattr(files.hf_config, key, 0.0)
+        self.critic_module = build_fsdp_model(
+            AutoModelForTokenClassification,
+            files,
+            strategy=self.config.strategy,
             fsdp_config=model_cfg.fsdp_config,
-            mixed_precision_config=model_cfg.fsdp_config.get("mixed_precision", None),
-            is_lora=model_cfg.get("lora_rank", 0) > 0,
+            device_mesh=self.device_mesh,
+            trainable=True,
+            trust_remote_code=model_cfg.trust_remote_code,
+            gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
+            lora_config=model_cfg if model_cfg.is_lora else None,
+            lora_task_type="TOKEN_CLS",
         )
-        self.critic_module = module
-        self.critic_optimizer, self.critic_lr_scheduler = build_optimizer(module, self.config.optim)
+        self.critic_optimizer, self.critic_lr_scheduler = build_optimizer(self.critic_module, self.config.optim)
         self.critic = DataParallelPPOCritic(self.config, self.critic_module, self.critic_optimizer)
-        self.flops_counter = FlopsCounter(hf_config)
+        self.flops_counter = FlopsCounter(files.hf_config)
         self.checkpoint_manager = None
-        if self._is_offload_param:
-            offload_fsdp_model_to_cpu(self.critic_module)
-        if self._is_offload_optimizer:
-            offload_fsdp_optimizer(self.critic_optimizer)
-
-    def _loaded(self, optimizer: bool = False):
-        """Bring offloaded critic params (and optimizer state) back for the duration of a call."""
-        return _resident(
-            self.critic_module,
-            self.critic_optimizer if optimizer else None,
-            self._is_offload_param,
-            self._is_offload_optimizer,
-        )
+        self.offload.attach(self.critic_module, self.critic_optimizer)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @_reports_compute_time
@@ -469,7 +464,7 @@ class CriticWorker(Worker, DistProfilerExtension):
         data.meta_info["micro_batch_size"] = self.config.forward_micro_batch_size_per_gpu
         data.meta_info["max_token_len"] = self.config.forward_max_token_len_per_gpu
         data.meta_info["use_dynamic_bsz"] = self.config.use_dynamic_bsz
-        with self._loaded():
+        with self.offload.resident():
             values = self.critic.compute_values(data=data)
         return DataProto.from_dict({"values": values}).to("cpu")
 
@@ -478,7 +473,7 @@ class CriticWorker(Worker, DistProfilerExtension):
     def update_critic(self, data: DataProto) -> DataProto:
         """One value-function update; returns ``meta_info["metrics"]``."""
         data = data.to("cpu")
-        with self._loaded(optimizer=True):
+        with self.offload.resident(with_optimizer=True):
             start = time.perf_counter()
             metrics = self.critic.update_critic(data=data)
             elapsed = time.perf_counter() - start
@@ -497,13 +492,13 @@ class CriticWorker(Worker, DistProfilerExtension):
                 self.critic_optimizer,
                 self.critic_lr_scheduler,
                 self.tokenizer,
-                self.config.get("checkpoint", None),
+                self.config.checkpoint,
             )
         return self.checkpoint_manager
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
-        with self._loaded():
+        with self.offload.resident():
             self._checkpointer().save_checkpoint(
                 local_path=local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep
             )
@@ -511,52 +506,56 @@ class CriticWorker(Worker, DistProfilerExtension):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=True):
-        with self._loaded():
+        with self.offload.resident():
             self._checkpointer().load_checkpoint(
                 local_path=local_path, hdfs_path=hdfs_path, del_local_after_load=del_local_after_load
             )
-        if self._is_offload_optimizer:
-            offload_fsdp_optimizer(self.critic_optimizer)
+        self.offload.offload_optimizer_state()
 
 
 class RewardModelWorker(Worker, DistProfilerExtension):
     """One process of a sequence-scoring reward model (``reward_model`` section)."""
 
-    def __init__(self, config: DictConfig):
+    def __init__(self, config: RewardModelConfig | DictConfig):
         Worker.__init__(self)
-        self.config = config
+        self.config = config = _typed(config, RewardModelConfig)
         init_distributed()
         world_size = dist.get_world_size()
-        self.device_mesh = create_device_mesh(world_size, config.model.fsdp_config.get("fsdp_size", -1))
+        self.device_mesh = create_device_mesh(world_size, config.model.fsdp_config.fsdp_size)
         self.micro_batch_size = normalize_reward_model_micro_batch_size(config, world_size)
-        DistProfilerExtension.__init__(self, _profiler(self, config))
+        DistProfilerExtension.__init__(self, _profiler(self, config.profiler))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         """Load the reward model (token classification with one label; the score is read at the last token)."""
         from transformers import AutoModelForTokenClassification
 
+        from verl.utils.fs import copy_to_local
         from verl.utils.tokenizer import hf_tokenizer
 
-        import_external_libs(self.config.model.get("external_lib", None))
         model_cfg = self.config.model
-        trust = model_cfg.get("trust_remote_code", False)
-        local_path = copy_to_local(model_cfg.path, use_shm=model_cfg.get("use_shm", False))
-        self.tokenizer = hf_tokenizer(local_path, trust_remote_code=trust)
+        import_external_libs(model_cfg.external_lib)
+        trust = model_cfg.trust_remote_code
+        files = load_pretrained(model_cfg.path, use_shm=model_cfg.use_shm, trust_remote_code=trust, num_labels=1)
+        self.tokenizer = files.tokenizer
         self.input_tokenizer = None
-        if model_cfg.get("input_tokenizer", None):
+        if model_cfg.input_tokenizer:
             input_tokenizer = hf_tokenizer(copy_to_local(model_cfg.input_tokenizer), trust_remote_code=trust)
             # re-tokenizing with the reward model's chat template is only needed when the two tokenizers differ
             same = input_tokenizer.get_vocab() == self.tokenizer.get_vocab() and (
                 input_tokenizer.chat_template == self.tokenizer.chat_template
             )
             self.input_tokenizer = None if same else input_tokenizer
-        hf_config = load_hf_config(local_path, self.tokenizer, {}, trust, num_labels=1)
-        hf_config.classifier_dropout = 0.0
-        dtype = model_dtype(model_cfg.fsdp_config, is_trainable=False)
-        module = load_hf_model(AutoModelForTokenClassification, local_path, hf_config, dtype, trust, self.device_mesh)
-        self.reward_module = wrap_model_for_training(
-            module, self.config.strategy, self.device_mesh, fsdp_config=model_cfg.fsdp_config, cpu_offload=True
+        files.hf_config.classifier_dropout = 0.0
+        self.reward_module = build_fsdp_model(
+            AutoModelForTokenClassification,
+            files,
+            strategy=self.config.strategy,
+            fsdp_config=model_cfg.fsdp_config,
+            device_mesh=self.device_mesh,
+            trainable=False,
+            trust_remote_code=trust,
+            cpu_offload=True,
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

@@ -8,9 +8,10 @@ from tensordict import TensorDict
 from verl import DataProto
 from verl.utils.model import compute_position_id_with_mask
 from verl.utils.torch_functional import postprocess_data
+from verl.workers.config import RewardModelConfig
 
 
-def switch_chat_template(data: DataProto, src_tokenizer, rm_tokenizer, config) -> TensorDict:
+def switch_chat_template(data: DataProto, src_tokenizer, rm_tokenizer, config: RewardModelConfig) -> TensorDict:
     """Re-tokenize (prompt, response) with the reward model's own chat template ("template switch").
 
     Needs ``non_tensor_batch["raw_prompt"]`` (the chat messages; set ``data.return_raw_chat=True``).
@@ -23,8 +24,8 @@ def switch_chat_template(data: DataProto, src_tokenizer, rm_tokenizer, config) -
     responses = data.batch["responses"]
     response_length = responses.shape[-1]
     valid_lengths = data.batch["attention_mask"][:, -response_length:].sum(-1)
-    max_length = config.get("max_length", None) or data.batch["input_ids"].shape[-1]
-    truncation = config.get("truncation", "right")
+    max_length = config.max_length or data.batch["input_ids"].shape[-1]
+    truncation = config.truncation
     ids, masks = [], []
     for i in range(len(data)):
         text = src_tokenizer.decode(responses[i][: valid_lengths[i]].tolist())

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omegaconf import DictConfig
-
 from verl.base_config import BaseConfig
 from verl.trainer.config.algorithm import AlgoConfig, KLControlConfig, PFPPOConfig
 from verl.trainer.config.data import CustomClsConfig, DataConfig
 from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, TrainerConfig
-from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 
 __all__ = [
@@ -43,10 +40,3 @@ class PPOConfig(BaseConfig):
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
-
-    @classmethod
-    def from_config(cls, config: DictConfig | dict | PPOConfig) -> PPOConfig:
-        """The typed config of a composed Hydra config (interpolations resolved; extra keys kept)."""
-        if isinstance(config, cls):
-            return config
-        return omega_conf_to_dataclass(config, cls, allow_extra=True)

@@ -6,21 +6,22 @@ update critic, update actor. Each phase is one method; recipes subclass the trai
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from copy import deepcopy
-from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.single_controller.ray.base import create_colocated_worker_cls
+from verl.trainer.config import AlgoConfig, PPOConfig
 from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.checkpointing import CheckpointMixin
+from verl.trainer.ppo.checkpointing import TrainerCheckpointer
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
@@ -29,8 +30,8 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
-from verl.trainer.ppo.reward import compute_reward, compute_reward_async
-from verl.trainer.ppo.validation import ValidationMixin
+from verl.trainer.ppo.reward import PendingReward, compute_reward, submit_reward
+from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
 from verl.utils.debug import marked_timer
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.torch_functional import masked_mean
@@ -78,6 +79,11 @@ def apply_kl_penalty(data: DataProto, kl_ctrl, kl_penalty: str = "kl", multi_tur
     return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
 
 
+def _accepts(fn, name: str) -> bool:
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 def compute_advantage(
     data: DataProto,
     adv_estimator,
@@ -88,51 +94,49 @@ def compute_advantage(
     norm_adv_by_std_in_grpo: bool = True,
     config=None,
 ) -> DataProto:
-    """Write ``advantages`` and ``returns`` ``(bs, response_length)`` with the named estimator."""
+    """Write ``advantages`` and ``returns`` ``(bs, response_length)`` with the estimator registered as
+    ``adv_estimator``; preference-feedback reweighting follows GAE when ``config.use_pf_ppo``.
+
+    Every estimator gets the inputs its signature asks for: ``token_level_rewards``, ``response_mask`` (the
+    ``loss_mask`` in multi-turn, so tool output earns no advantage), ``values``, ``index`` (group uids),
+    ``reward_baselines``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo`` and ``config`` (the algorithm section).
+    """
     if "response_mask" not in data.batch.keys():
         data.batch["response_mask"] = compute_response_mask(data)
     response_mask = data.batch["response_mask"]
-    if adv_estimator == AdvantageEstimator.GAE:
-        advantages, returns = core_algos.compute_gae_advantage_return(
-            token_level_rewards=data.batch["token_level_rewards"],
-            values=data.batch["values"],
-            response_mask=response_mask,
-            gamma=gamma,
-            lam=lam,
-        )
-        data.batch["advantages"], data.batch["returns"] = advantages, returns
-        if config is not None and config.get("use_pf_ppo", False):
-            pf = config.get("pf_ppo", {}) or {}
-            data = core_algos.compute_pf_ppo_reweight_data(
-                data, pf.get("reweight_method", "pow"), pf.get("weight_pow", 2.0)
-            )
-        return data
-    if adv_estimator == AdvantageEstimator.GRPO:
-        mask = data.batch["loss_mask"][:, -response_mask.shape[1] :] if multi_turn else response_mask
-        advantages, returns = core_algos.compute_grpo_outcome_advantage(
-            token_level_rewards=data.batch["token_level_rewards"],
-            response_mask=mask,
-            index=data.non_tensor_batch["uid"],
-            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        )
-    else:
-        estimator = core_algos.get_adv_estimator_fn(adv_estimator)
-        kwargs: dict[str, Any] = {
-            "token_level_rewards": data.batch["token_level_rewards"],
-            "response_mask": response_mask,
-            "config": config,
-        }
-        if "uid" in data.non_tensor_batch:
-            kwargs["index"] = data.non_tensor_batch["uid"]
-        if "reward_baselines" in data.batch.keys():
-            kwargs["reward_baselines"] = data.batch["reward_baselines"]
-        advantages, returns = estimator(**kwargs)
+    if multi_turn:
+        response_mask = data.batch["loss_mask"][:, -response_mask.shape[1] :]
+    algorithm = AlgoConfig.from_config(config if config is not None else {})
+    estimator = core_algos.get_adv_estimator_fn(adv_estimator)
+    inputs = {
+        "token_level_rewards": data.batch["token_level_rewards"],
+        "response_mask": response_mask,
+        "gamma": gamma,
+        "lam": lam,
+        "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo,
+        "config": algorithm,
+    }
+    optional = {"values": data.batch, "reward_baselines": data.batch}
+    for key, source in optional.items():
+        if key in source.keys():
+            inputs[key] = source[key]
+    if "uid" in data.non_tensor_batch:
+        inputs["index"] = data.non_tensor_batch["uid"]
+    advantages, returns = estimator(**{k: v for k, v in inputs.items() if _accepts(estimator, k)})
     data.batch["advantages"], data.batch["returns"] = advantages, returns
+    if adv_estimator == AdvantageEstimator.GAE and algorithm.use_pf_ppo:
+        pf = algorithm.pf_ppo
+        data = core_algos.compute_pf_ppo_reweight_data(data, pf.reweight_method, pf.weight_pow)
     return data
 
 
-class RayPPOTrainer(CheckpointMixin, ValidationMixin):
-    """Drives PPO, GRPO, RLOO, REINFORCE++, ReMax, ... over Ray (or in-process) worker groups."""
+class RayPPOTrainer:
+    """Drives PPO, GRPO, RLOO, REINFORCE++, ReMax, ... over Ray (or in-process) worker groups.
+
+    ``config`` is the composed ``ppo_trainer`` config. It stays available as ``self.config`` (verl's attribute,
+    which recipes read); the trainer itself reads ``self.ppo_config``, the typed `PPOConfig` built from it once
+    here. Checkpointing and validation are the collaborators ``self.checkpointer`` and ``self.validator``.
+    """
 
     def __init__(
         self,
@@ -151,11 +155,12 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         device_name: str = "cuda",
     ):
         self.config = config
+        self.ppo_config = cfg = PPOConfig.from_config(config)
         self.tokenizer = tokenizer
         self.processor = processor
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn
-        self.hybrid_engine = config.actor_rollout_ref.hybrid_engine
+        self.hybrid_engine = cfg.actor_rollout_ref.hybrid_engine
         assert self.hybrid_engine, "only the hybrid engine (actor_rollout_ref.hybrid_engine=True) is supported"
         assert Role.ActorRollout in role_worker_mapping, (
             f"role_worker_mapping needs Role.ActorRollout, got {role_worker_mapping.keys()}"
@@ -166,21 +171,17 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         self.device_name = device_name
         self.use_reference_policy = Role.RefPolicy in role_worker_mapping
         self.use_rm = Role.RewardModel in role_worker_mapping
-        self.ref_in_actor = config.actor_rollout_ref.model.get("lora_rank", 0) > 0
-        if config.algorithm.use_kl_in_reward:
-            self.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl)
-        estimator = config.algorithm.adv_estimator
-        if estimator == AdvantageEstimator.GAE:
-            self.use_critic = True
-        elif estimator in core_algos.ADV_ESTIMATOR_REGISTRY:  # every registered estimator but gae is critic-free
-            self.use_critic = False
-        else:
+        self.ref_in_actor = cfg.actor_rollout_ref.model.is_lora
+        if cfg.algorithm.use_kl_in_reward:
+            self.kl_ctrl_in_reward = core_algos.get_kl_controller(cfg.algorithm.kl_ctrl)
+        estimator = cfg.algorithm.adv_estimator
+        if estimator not in core_algos.ADV_ESTIMATOR_REGISTRY:
             raise NotImplementedError(f"algorithm.adv_estimator={estimator!r} is not a registered estimator")
-        from verl.utils.tracking import ValidationGenerationsLogger
-
-        self.validation_generations_logger = ValidationGenerationsLogger()
+        self.use_critic = estimator == AdvantageEstimator.GAE  # every other registered estimator is critic-free
         self._validate_config()
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+        self.checkpointer = TrainerCheckpointer(cfg.trainer)
+        self.validator = Validator(cfg, tokenizer, self.val_dataloader, val_reward_fn)
 
     # --------------------------------------------------------------------------------------------------- setup
     def _validate_config(self) -> None:
@@ -188,7 +189,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         from verl.trainer.config_validation import check_ppo_config
 
         check_ppo_config(
-            self.config,
+            self.ppo_config,
             check_paths=False,
             check_device=False,
             extra_adv_estimators=tuple(core_algos.ADV_ESTIMATOR_REGISTRY),
@@ -201,7 +202,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
         from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 
-        data = self.config.data
+        data = self.ppo_config.data
         if train_dataset is None:
             train_dataset = create_rl_dataset(data.train_files, data, self.tokenizer, self.processor)
         if val_dataset is None:
@@ -210,7 +211,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         if train_sampler is None:
             train_sampler = create_rl_sampler(data, train_dataset)
         collate_fn = collate_fn or default_collate_fn
-        batch_size = data.get("gen_batch_size", data.train_batch_size)
+        batch_size = data.generation_batch_size
         if len(train_dataset) < batch_size:
             raise ValueError(
                 f"data.train_batch_size={batch_size} is larger than the training set ({len(train_dataset)} prompts "
@@ -219,29 +220,31 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         self.train_dataloader = StatefulDataLoader(
             dataset=train_dataset,
             batch_size=batch_size,
-            num_workers=data.get("dataloader_num_workers", 0),
+            num_workers=data.dataloader_num_workers,
             drop_last=True,
             collate_fn=collate_fn,
             sampler=train_sampler,
         )
-        val_batch_size = data.get("val_batch_size", None) or len(val_dataset)
         self.val_dataloader = DataLoader(
             dataset=val_dataset,
-            batch_size=val_batch_size,
-            num_workers=data.get("dataloader_num_workers", 0),
-            shuffle=data.get("validation_shuffle", False),
+            batch_size=data.val_batch_size or len(val_dataset),
+            num_workers=data.dataloader_num_workers,
+            shuffle=data.validation_shuffle,
             drop_last=False,
             collate_fn=collate_fn,
         )
         assert len(self.train_dataloader) >= 1, "the training dataloader is empty"
         assert len(self.val_dataloader) >= 1, "the validation dataloader is empty"
-        total = len(self.train_dataloader) * self.config.trainer.total_epochs
-        if self.config.trainer.get("total_training_steps", None) is not None:
-            total = self.config.trainer.total_training_steps
+        trainer = self.ppo_config.trainer
+        total = trainer.total_training_steps or len(self.train_dataloader) * trainer.total_epochs
         self.total_training_steps = total
-        with open_dict(self.config):
-            self.config.actor_rollout_ref.actor.optim.total_training_steps = total
-            self.config.critic.optim.total_training_steps = total
+        # the workers' schedulers need it; recipes read it from self.config as in verl
+        self.ppo_config.actor_rollout_ref.actor.optim.total_training_steps = total
+        self.ppo_config.critic.optim.total_training_steps = total
+        if isinstance(self.config, DictConfig):
+            with open_dict(self.config):
+                self.config.actor_rollout_ref.actor.optim.total_training_steps = total
+                self.config.critic.optim.total_training_steps = total
 
     def init_workers(self) -> None:
         """Create the resource pools and the (colocated) worker groups, then build the models."""
@@ -254,18 +257,16 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             pool = self.resource_pool_manager.get_resource_pool(which)
             pool_to_classes[pool][key] = RayClassWithInitArgs(cls=self.role_worker_mapping[which], **init_kwargs)
 
-        add(Role.ActorRollout, "actor_rollout", config=self.config.actor_rollout_ref, role="actor_rollout")
+        add(Role.ActorRollout, "actor_rollout", config=self.ppo_config.actor_rollout_ref, role="actor_rollout")
         if self.use_critic:
-            add(Role.Critic, "critic", config=self.config.critic)
+            add(Role.Critic, "critic", config=self.ppo_config.critic)
         if self.use_reference_policy:
-            add(Role.RefPolicy, "ref", config=self.config.actor_rollout_ref, role="ref")
+            add(Role.RefPolicy, "ref", config=self.ppo_config.actor_rollout_ref, role="ref")
         if self.use_rm:
-            add(Role.RewardModel, "rm", config=self.config.reward_model)
+            add(Role.RewardModel, "rm", config=self.ppo_config.reward_model)
 
         wg_kwargs = {}
-        timeout = self.config.trainer.get("ray_wait_register_center_timeout", None)
-        if timeout is not None:
-            wg_kwargs["ray_wait_register_center_timeout"] = timeout
+        wg_kwargs["ray_wait_register_center_timeout"] = self.ppo_config.trainer.ray_wait_register_center_timeout
         all_wg = {}
         for pool, class_dict in pool_to_classes.items():
             if not class_dict:
@@ -288,7 +289,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             self.rm_wg.init_model()
         self.actor_rollout_wg = all_wg["actor_rollout"]
         self.actor_rollout_wg.init_model()
-        self.async_rollout_mode = self.config.actor_rollout_ref.rollout.get("mode", "sync") == "async"
+        self.async_rollout_mode = self.ppo_config.actor_rollout_ref.rollout.mode == "async"
         if self.async_rollout_mode:
             raise NotImplementedError("rollout.mode=async is not supported yet; use rollout.mode=sync")
 
@@ -299,7 +300,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         gen_batch.meta_info["global_steps"] = self.global_steps
         with marked_timer("gen", timing_raw):
             gen_output = pop_worker_timing(self.actor_rollout_wg.generate_sequences(gen_batch), timing_raw)
-        if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
+        if self.ppo_config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing_raw):
                 batch.batch["reward_baselines"] = self._greedy_baseline(batch, gen_batch)
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
@@ -308,18 +309,13 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         for key, value in gen_batch.non_tensor_batch.items():
             if key not in gen_output.non_tensor_batch and key != "raw_prompt_ids":
                 batch.non_tensor_batch[key] = value
-        batch = batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)
+        batch = batch.repeat(repeat_times=self.ppo_config.actor_rollout_ref.rollout.n, interleave=True)
         batch = batch.union(gen_output)
         batch.batch["response_mask"] = compute_response_mask(batch)
         return batch
 
     def _pop_generation_inputs(self, batch: DataProto) -> DataProto:
-        optional = ("multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs")
-        non_tensor_keys = ["raw_prompt_ids"] if "raw_prompt_ids" in batch.non_tensor_batch else []
-        non_tensor_keys += [k for k in optional if k in batch.non_tensor_batch]
-        return batch.pop(
-            batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=non_tensor_keys
-        )
+        return pop_generation_inputs(batch)
 
     def _greedy_baseline(self, batch: DataProto, gen_batch: DataProto) -> torch.Tensor:
         """ReMax: the reward of the greedy response to each prompt, ``(bs,)``."""
@@ -339,18 +335,18 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         batch.reorder(torch.tensor([i for partition in partitions for i in partition]))
         metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix=logging_prefix))
 
-    def _compute_reward(self, batch: DataProto, timing_raw: dict):
-        """Reward-model scores (if any), then the rule reward: ``(reward_tensor, extra_infos)`` or a future."""
+    def _compute_reward(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto, PendingReward]:
+        """Reward-model scores (if any), then the rule reward, computed now or (launch_reward_fn_async) in a Ray
+        task that overlaps the log-prob phases."""
         if self.use_rm:
             batch = batch.union(pop_worker_timing(self.rm_wg.compute_rm_score(batch), timing_raw))
-        if self.config.reward_model.get("launch_reward_fn_async", False):
-            return batch, compute_reward_async.remote(batch, self.config, self.tokenizer)
-        return batch, compute_reward(batch, self.reward_fn)
+        launch_async = self.ppo_config.reward_model.launch_reward_fn_async
+        return batch, submit_reward(batch, self.reward_fn, self.ppo_config, self.tokenizer, launch_async)
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
         old_log_prob = pop_worker_timing(self.actor_rollout_wg.compute_log_prob(batch), timing_raw)
         entropys = old_log_prob.batch.pop("entropys")
-        loss_agg_mode = self.config.actor_rollout_ref.actor.loss_agg_mode
+        loss_agg_mode = self.ppo_config.actor_rollout_ref.actor.loss_agg_mode
         metrics["actor/entropy"] = agg_loss(entropys, batch.batch["response_mask"], loss_agg_mode).item()
         batch = batch.union(old_log_prob)
         if "rollout_log_probs" in batch.batch.keys():
@@ -376,19 +372,15 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
     def _compute_values(self, batch: DataProto, timing_raw: dict) -> DataProto:
         return batch.union(pop_worker_timing(self.critic_wg.compute_values(batch), timing_raw))
 
-    def _compute_advantage(self, batch: DataProto, reward, metrics: dict) -> DataProto:
-        if not isinstance(reward, tuple):  # a future from compute_reward_async
-            import ray
-
-            reward = ray.get(reward)
-        reward_tensor, reward_extra_infos = reward
+    def _compute_advantage(self, batch: DataProto, reward: PendingReward, metrics: dict) -> DataProto:
+        reward_tensor, reward_extra_infos = reward.result()
         batch.batch["token_level_scores"] = reward_tensor
         if reward_extra_infos:
             batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos.items()})
         batch.meta_info["reward_extra_keys"] = list(reward_extra_infos or {})
-        algorithm = self.config.algorithm
+        algorithm = self.ppo_config.algorithm
         if algorithm.use_kl_in_reward:
-            multi_turn = self.config.actor_rollout_ref.rollout.multi_turn.enable
+            multi_turn = self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable
             batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, algorithm.kl_penalty, multi_turn)
             metrics.update(kl_metrics)
         else:
@@ -398,9 +390,9 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             adv_estimator=algorithm.adv_estimator,
             gamma=algorithm.gamma,
             lam=algorithm.lam,
-            num_repeat=self.config.actor_rollout_ref.rollout.n,
-            norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
-            multi_turn=self.config.actor_rollout_ref.rollout.multi_turn.enable,
+            num_repeat=self.ppo_config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+            multi_turn=self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable,
             config=algorithm,
         )
 
@@ -409,7 +401,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
     def _update_actor(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        batch.meta_info["multi_turn"] = self.config.actor_rollout_ref.rollout.multi_turn.enable
+        batch.meta_info["multi_turn"] = self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable
         output = pop_worker_timing(self.actor_rollout_wg.update_actor(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
@@ -418,7 +410,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         """One RL step on a batch of prompts; returns the full batch and its metrics."""
         metrics: dict = {}
         batch = self._generate(batch, timing_raw)
-        if self.config.trainer.balance_batch:
+        if self.ppo_config.trainer.balance_batch:
             self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
         with marked_timer("reward", timing_raw):
@@ -436,34 +428,36 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         if self.use_critic:
             with marked_timer("update_critic", timing_raw):
                 self._update_critic(batch, metrics, timing_raw)
-        if self.config.trainer.critic_warmup <= self.global_steps:
+        if self.ppo_config.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw):
                 self._update_actor(batch, metrics, timing_raw)
-        if self.config.trainer.get("rollout_data_dir", None):
+        dump_dir = self.ppo_config.trainer.rollout_data_dir
+        if dump_dir:
             with marked_timer("dump_rollout_generations", timing_raw):
-                self._dump_rollout(batch, batch.meta_info.get("reward_extra_keys", []))
+                keys = batch.meta_info.get("reward_extra_keys", [])
+                dump_rollout(batch, keys, self.tokenizer, dump_dir, self.global_steps)
         return batch, metrics
 
     def fit(self) -> None:
         """The training loop: validate, then train_step per batch with validation and checkpoints as configured."""
         from verl.utils.tracking import Tracking
 
-        trainer_cfg = self.config.trainer
+        trainer_cfg = self.ppo_config.trainer
         self.tracker = Tracking(
             project_name=trainer_cfg.project_name,
             experiment_name=trainer_cfg.experiment_name,
             default_backend=trainer_cfg.logger,
-            config=OmegaConf.to_container(self.config, resolve=True),
+            config=self.ppo_config.to_dict(),
         )
         self.global_steps = 0
         self._load_checkpoint()
         reporter = self._make_reporter()
-        if self.val_reward_fn is not None and trainer_cfg.get("val_before_train", True):
+        if self.val_reward_fn is not None and trainer_cfg.val_before_train:
             val_metrics = self._validate()
             assert val_metrics, f"validation returned no metrics: {val_metrics}"
             self.tracker.log(data=val_metrics, step=self.global_steps)
             reporter.on_validation(self.global_steps, val_metrics)
-            if trainer_cfg.get("val_only", False):
+            if trainer_cfg.val_only:
                 reporter.finish()
                 self.tracker.finish()
                 return
@@ -497,7 +491,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
     def _train_batches(self):
         """(epoch, batch) pairs from the epoch the (possibly resumed) step falls in to ``total_epochs``."""
         steps_per_epoch = len(self.train_dataloader)
-        for epoch in range((self.global_steps - 1) // steps_per_epoch, self.config.trainer.total_epochs):
+        for epoch in range((self.global_steps - 1) // steps_per_epoch, self.ppo_config.trainer.total_epochs):
             for batch_dict in self.train_dataloader:
                 yield epoch, batch_dict
 
@@ -510,7 +504,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         return metrics
 
     def _maybe_validate(self, is_last_step: bool, timing_raw: dict) -> dict | None:
-        test_freq = self.config.trainer.test_freq
+        test_freq = self.ppo_config.trainer.test_freq
         if self.val_reward_fn is None or test_freq <= 0:
             return None
         if not (is_last_step or self.global_steps % test_freq == 0):
@@ -519,7 +513,7 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
             return self._validate()
 
     def _maybe_save_checkpoint(self, is_last_step: bool, timing_raw: dict) -> None:
-        save_freq = self.config.trainer.save_freq
+        save_freq = self.ppo_config.trainer.save_freq
         if save_freq > 0 and (is_last_step or self.global_steps % save_freq == 0):
             with marked_timer("save_checkpoint", timing_raw):
                 self._save_checkpoint()
@@ -532,11 +526,40 @@ class RayPPOTrainer(CheckpointMixin, ValidationMixin):
         return groups
 
     def _start_profiling(self) -> None:
-        if self.global_steps in (self.config.trainer.get("profile_steps", None) or []):
+        if self.global_steps in (self.ppo_config.trainer.profile_steps or []):
             for group in self._profiling_groups():
                 group.start_profile()
 
     def _stop_profiling(self) -> None:
-        if self.global_steps in (self.config.trainer.get("profile_steps", None) or []):
+        if self.global_steps in (self.ppo_config.trainer.profile_steps or []):
             for group in self._profiling_groups():
                 group.stop_profile()
+
+    # ------------------------------------------------------------------------------------------ collaborators
+    def _validate(self) -> dict:
+        """Validation metrics of the current policy (verl's method name; recipes call it)."""
+        return self.validator.validate(self.actor_rollout_wg, self.global_steps)
+
+    def _save_checkpoint(self) -> None:
+        """Save and publish the checkpoint of ``global_steps``."""
+        critic_wg = self.critic_wg if self.use_critic else None
+        self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader)
+
+    def _load_checkpoint(self) -> int:
+        """Resume as ``trainer.resume_mode`` says; sets and returns ``global_steps`` (0: from scratch)."""
+        critic_wg = self.critic_wg if self.use_critic else None
+        self.global_steps = self.checkpointer.load(self.actor_rollout_wg, critic_wg, self.train_dataloader)
+        return self.global_steps
+
+    def _make_reporter(self):
+        """Progress bar with ETA, learning curve and report.md in the experiment folder (``trainer.run_report``)."""
+        from verl.utils.run_report import RunReporter
+
+        trainer = self.ppo_config.trainer
+        return RunReporter(
+            trainer.default_local_dir,
+            total_steps=self.total_training_steps,
+            enabled=trainer.run_report,
+            initial_step=self.global_steps,
+            run_name=f"{trainer.project_name}/{trainer.experiment_name}",
+        )

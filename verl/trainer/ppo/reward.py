@@ -9,14 +9,22 @@ import os
 import sys
 
 from verl.protocol import DataProto
+from verl.trainer.config import PPOConfig
 from verl.utils.reward_score import default_compute_score
 
-__all__ = ["get_custom_reward_fn", "load_reward_manager", "compute_reward", "compute_reward_async"]
+__all__ = [
+    "PendingReward",
+    "compute_reward",
+    "compute_reward_async",
+    "get_custom_reward_fn",
+    "load_reward_manager",
+    "submit_reward",
+]
 
 
-def _section(config, key: str):
-    section = config.get(key) if config is not None else None
-    return section if section is not None else {}
+def _typed(config) -> PPOConfig:
+    """The typed config of a (possibly partial) PPO config; sections it lacks take the YAML's defaults."""
+    return PPOConfig.from_config(config if config is not None else {})
 
 
 def get_custom_reward_fn(config):
@@ -24,8 +32,8 @@ def get_custom_reward_fn(config):
 
     The returned wrapper adds ``custom_reward_function.reward_kwargs`` to every call.
     """
-    reward_fn_config = _section(config, "custom_reward_function")
-    file_path = reward_fn_config.get("path")
+    reward_fn_config = _typed(config).custom_reward_function
+    file_path = reward_fn_config.path
     if not file_path:
         return None
     if not os.path.exists(file_path):
@@ -40,14 +48,14 @@ def get_custom_reward_fn(config):
     except Exception as e:
         raise RuntimeError(f"Error loading module from custom_reward_function.path={file_path!r}: {e}") from e
 
-    function_name = reward_fn_config.get("name")
+    function_name = reward_fn_config.name
     if not hasattr(module, function_name):
         raise AttributeError(
             f"custom_reward_function.name={function_name!r} is not defined in custom_reward_function.path={file_path!r}"
         )
     print(f"using customized reward function '{function_name}' from '{file_path}'")
     raw_fn = getattr(module, function_name)
-    reward_kwargs = dict(reward_fn_config.get("reward_kwargs", {}) or {})
+    reward_kwargs = dict(reward_fn_config.reward_kwargs or {})
 
     @functools.wraps(raw_fn)
     def wrapped_fn(*args, **kwargs):
@@ -60,26 +68,25 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
     """Build ``reward_model.reward_manager`` (default ``naive``) around the custom or default scoring function."""
     from verl.workers.reward_manager import get_reward_manager_cls
 
-    reward_model_config = _section(config, "reward_model")
-    reward_manager_cls = get_reward_manager_cls(reward_model_config.get("reward_manager", "naive"))
+    typed = _typed(config)
+    reward_manager_cls = get_reward_manager_cls(typed.reward_model.reward_manager)
 
-    compute_score = get_custom_reward_fn(config)
+    compute_score = get_custom_reward_fn(typed)
     if compute_score is None:
-        sandbox_config = reward_model_config.get("sandbox_fusion") or {}
-        sandbox_url = sandbox_config.get("url")
-        if sandbox_url:
+        sandbox = typed.reward_model.sandbox_fusion
+        if sandbox.url:
             # one semaphore shared by every process the manager may use bounds the sandbox's load
-            semaphore = multiprocessing.Manager().Semaphore(sandbox_config.get("max_concurrent", 64))
+            semaphore = multiprocessing.Manager().Semaphore(sandbox.max_concurrent)
             compute_score = functools.partial(
                 default_compute_score,
-                sandbox_fusion_url=sandbox_url,
+                sandbox_fusion_url=sandbox.url,
                 concurrent_semaphore=semaphore,
-                memory_limit_mb=sandbox_config.get("memory_limit_mb", 1024),
+                memory_limit_mb=sandbox.memory_limit_mb,
             )
         else:
             compute_score = default_compute_score
 
-    reward_fn_key = _section(config, "data").get("reward_fn_key", "data_source")
+    reward_fn_key = typed.data.reward_fn_key
     return reward_manager_cls(
         tokenizer=tokenizer,
         num_examine=num_examine,
@@ -104,8 +111,8 @@ def compute_reward(data: DataProto, reward_fn) -> tuple:
 
 
 def _compute_reward_task(data: DataProto, config, tokenizer) -> tuple:
-    reward_kwargs = dict(_section(config, "reward_model").get("reward_kwargs", {}) or {})
-    reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
+    typed = _typed(config)
+    reward_fn = load_reward_manager(typed, tokenizer, num_examine=0, **typed.reward_model.reward_kwargs)
     return compute_reward(data, reward_fn)
 
 
@@ -138,3 +145,29 @@ class _LazyRemote:
 
 # A Ray task (num_cpus=1) that builds a fresh manager from config and scores the batch, overlapping the trainer.
 compute_reward_async = _LazyRemote(_compute_reward_task)
+
+
+class PendingReward:
+    """The reward of one batch, computed already or by a Ray task still running.
+
+    ``result()`` gives ``(reward_tensor (bs, response_length), reward_extra_infos_dict)`` either way, waiting for
+    the task if there is one, so the trainer handles one type whether ``launch_reward_fn_async`` is on or off.
+    """
+
+    def __init__(self, value: tuple | None = None, ref=None) -> None:
+        self._value, self._ref = value, ref
+
+    def result(self) -> tuple:
+        if self._ref is not None:
+            import ray
+
+            self._value, self._ref = ray.get(self._ref), None
+        return self._value
+
+
+def submit_reward(data: DataProto, reward_fn, config, tokenizer, launch_async: bool) -> PendingReward:
+    """Score ``data`` now with ``reward_fn``, or (``launch_async``) in a Ray task that builds its own manager from
+    ``config`` and overlaps the trainer's next phases."""
+    if launch_async:
+        return PendingReward(ref=compute_reward_async.remote(data, config, tokenizer))
+    return PendingReward(value=compute_reward(data, reward_fn))

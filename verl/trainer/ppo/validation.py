@@ -9,6 +9,7 @@ import numpy as np
 
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
+from verl.trainer.config import PPOConfig
 from verl.trainer.ppo.metric_utils import process_validation_metrics
 from verl.utils.generation_dump import dump_generations, rollout_generations, select_val_generations
 
@@ -38,34 +39,52 @@ def name_validation_metrics(per_source: dict) -> dict[str, float]:
     return metrics
 
 
-class ValidationMixin:
-    """``_validate`` and the generation dumps for :class:`RayPPOTrainer`."""
+def pop_generation_inputs(batch: DataProto) -> DataProto:
+    """Pop what the rollout needs from a prompt batch: the prompt tensors and the optional per-prompt values."""
+    optional = ("multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs")
+    non_tensor_keys = ["raw_prompt_ids"] if "raw_prompt_ids" in batch.non_tensor_batch else []
+    non_tensor_keys += [k for k in optional if k in batch.non_tensor_batch]
+    return batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=non_tensor_keys)
+
+
+class Validator:
+    """Generates for the whole validation set with ``rollout.val_kwargs``, scores it with ``val_reward_fn``, and
+    reports val-core / val-aux metrics per data source (with optional generation logs and dumps)."""
+
+    def __init__(self, config: PPOConfig, tokenizer, val_dataloader, val_reward_fn) -> None:
+        from verl.utils.tracking import ValidationGenerationsLogger
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.val_dataloader = val_dataloader
+        self.val_reward_fn = val_reward_fn
+        self.generations_logger = ValidationGenerationsLogger()
 
     def _decode(self, ids) -> list[str]:
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
-    def _validate(self) -> dict:
-        """Generate for the whole validation set with ``val_kwargs`` and score it with ``val_reward_fn``."""
-        rollout_cfg = self.config.actor_rollout_ref.rollout
+    def validate(self, actor_rollout_wg, global_step: int) -> dict:
+        """The validation metrics at ``global_step`` ({} when the rewards are model-based, as in verl)."""
+        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         sample_inputs, sample_outputs, sample_scores = [], [], []
         data_sources = []
         infos: dict[str, list] = defaultdict(list)
         for batch_dict in self.val_dataloader:
-            test_batch = DataProto.from_single_dict(batch_dict).repeat(rollout_cfg.val_kwargs.n, interleave=True)
+            test_batch = DataProto.from_single_dict(batch_dict).repeat(val_kwargs.n, interleave=True)
             reward_model = test_batch.non_tensor_batch.get("reward_model", None)
             if self.config.reward_model.enable and reward_model is not None and reward_model[0].get("style") == "model":
-                return {}  # model-based rewards are not validated (as in verl)
+                return {}
             sample_inputs.extend(self._decode(test_batch.batch["input_ids"]))
-            gen_batch = self._pop_generation_inputs(test_batch)
+            gen_batch = pop_generation_inputs(test_batch)
             gen_batch.meta_info = {
                 "eos_token_id": self.tokenizer.eos_token_id,
                 "pad_token_id": self.tokenizer.pad_token_id,
                 "recompute_log_prob": False,
-                "do_sample": rollout_cfg.val_kwargs.do_sample,
+                "do_sample": val_kwargs.do_sample,
                 "validate": True,
             }
-            padded, pad_size = pad_dataproto_to_divisor(gen_batch, self.actor_rollout_wg.world_size)
-            output = unpad_dataproto(self.actor_rollout_wg.generate_sequences(padded), pad_size=pad_size)
+            padded, pad_size = pad_dataproto_to_divisor(gen_batch, actor_rollout_wg.world_size)
+            output = unpad_dataproto(actor_rollout_wg.generate_sequences(padded), pad_size=pad_size)
             sample_outputs.extend(self._decode(output.batch["responses"]))
             test_batch = test_batch.union(output)
             result = self.val_reward_fn(test_batch, return_dict=True)
@@ -77,11 +96,15 @@ class ValidationMixin:
             sources = test_batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(scores)))
             data_sources.extend(sources.tolist())
 
-        self._maybe_log_val_generations(sample_inputs, sample_outputs, sample_scores)
-        dump_dir = self.config.trainer.get("validation_data_dir", None)
-        if dump_dir:
+        trainer = self.config.trainer
+        if trainer.log_val_generations > 0:
+            samples = select_val_generations(sample_inputs, sample_outputs, sample_scores, trainer.log_val_generations)
+            self.generations_logger.log(trainer.logger, samples, global_step)
+        if trainer.validation_data_dir:
             extra = {k: v for k, v in infos.items() if k != "reward"}
-            dump_generations(sample_inputs, sample_outputs, sample_scores, extra, dump_dir, self.global_steps)
+            dump_generations(
+                sample_inputs, sample_outputs, sample_scores, extra, trainer.validation_data_dir, global_step
+            )
         for key, values in infos.items():
             assert len(values) in (0, len(sample_scores)), (
                 f"reward_extra_info[{key!r}] has {len(values)} values for {len(sample_scores)} samples"
@@ -89,27 +112,9 @@ class ValidationMixin:
         infos = {k: v for k, v in infos.items() if len(v) == len(sample_scores)}
         return name_validation_metrics(process_validation_metrics(data_sources, sample_inputs, infos))
 
-    def _maybe_log_val_generations(self, inputs, outputs, scores) -> None:
-        count = self.config.trainer.get("log_val_generations", 0)
-        if count > 0:
-            samples = select_val_generations(inputs, outputs, scores, count)
-            self.validation_generations_logger.log(self.config.trainer.logger, samples, self.global_steps)
 
-    def _dump_rollout(self, batch: DataProto, reward_extra_keys) -> None:
-        """Write this step's training samples to ``trainer.rollout_data_dir``."""
-        inputs, outputs, scores = rollout_generations(batch, self.tokenizer)
-        extra = {k: batch.non_tensor_batch[k].tolist() for k in reward_extra_keys if k in batch.non_tensor_batch}
-        dump_generations(inputs, outputs, scores, extra, self.config.trainer.rollout_data_dir, self.global_steps)
-
-    def _make_reporter(self):
-        """Progress bar with ETA, learning curve and report.md in the experiment folder (``trainer.run_report``)."""
-        from verl.utils.run_report import RunReporter
-
-        trainer = self.config.trainer
-        return RunReporter(
-            trainer.default_local_dir,
-            total_steps=self.total_training_steps,
-            enabled=trainer.get("run_report", True),
-            initial_step=self.global_steps,
-            run_name=f"{trainer.project_name}/{trainer.experiment_name}",
-        )
+def dump_rollout(batch: DataProto, reward_extra_keys, tokenizer, dump_dir: str, global_step: int) -> None:
+    """Write a step's training samples (with their reward extra infos) to ``dump_dir/{global_step}.jsonl``."""
+    inputs, outputs, scores = rollout_generations(batch, tokenizer)
+    extra = {k: batch.non_tensor_batch[k].tolist() for k in reward_extra_keys if k in batch.non_tensor_batch}
+    dump_generations(inputs, outputs, scores, extra, dump_dir, global_step)

@@ -6,6 +6,7 @@ import logging
 
 import torch
 import torch.nn as nn
+from omegaconf import DictConfig
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
@@ -26,6 +27,7 @@ from verl.utils.micro_batch import (
     unpack_to_padded,
 )
 from verl.workers.actor.base import BasePPOActor
+from verl.workers.config import ActorConfig, RefConfig
 
 logger = logging.getLogger(__name__)
 
@@ -39,13 +41,20 @@ class DataParallelPPOActor(BasePPOActor):
     ``ppo_mini_batch_size`` in samples). ``actor_module`` is an HF causal LM, plain, FSDP1 or FSDP2-sharded.
     """
 
-    def __init__(self, config, actor_module: nn.Module, actor_optimizer: torch.optim.Optimizer | None = None):
+    def __init__(
+        self,
+        config: ActorConfig | RefConfig | DictConfig,
+        actor_module: nn.Module,
+        actor_optimizer: torch.optim.Optimizer | None = None,
+    ):
+        if not isinstance(config, ActorConfig | RefConfig):
+            config = ActorConfig.from_config(config)
         super().__init__(config)
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
-        self.use_remove_padding = config.get("use_remove_padding", False)
-        self.use_fused_kernels = config.get("use_fused_kernels", False)
-        self.ulysses_sequence_parallel_size = config.get("ulysses_sequence_parallel_size", 1)
+        self.use_remove_padding = config.use_remove_padding
+        self.use_fused_kernels = config.use_fused_kernels
+        self.ulysses_sequence_parallel_size = config.ulysses_sequence_parallel_size
         if self.ulysses_sequence_parallel_size > 1:
             raise NotImplementedError(
                 f"ulysses_sequence_parallel_size={self.ulysses_sequence_parallel_size}: sequence parallelism is not "
@@ -54,7 +63,7 @@ class DataParallelPPOActor(BasePPOActor):
         if self.use_fused_kernels:
             # The fused head only saves memory; the unfused path computes the same numbers.
             logger.warning("use_fused_kernels=True is not implemented; computing log-probs from full logits")
-        if config.get("entropy_from_logits_with_chunking", False):
+        if config.entropy_from_logits_with_chunking:
             self._entropy_fn = verl_F.entropy_from_logits_with_chunking
         else:
             self._entropy_fn = verl_F.entropy_from_logits
@@ -62,7 +71,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     # --------------------------------------------------------------------------------------------------------
     def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.config.get("entropy_checkpointing", False) and torch.is_grad_enabled():
+        if self.config.entropy_checkpointing and torch.is_grad_enabled():
             return torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False)
         return self._entropy_fn(logits)
 
@@ -114,7 +123,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     def _optimizer_step(self) -> torch.Tensor:
         """Clip gradients to ``grad_clip`` and step the optimizer (skipped when the norm is not finite)."""
-        return optimizer_step(self.actor_module, self.actor_optimizer, self.config.get("grad_clip", 1.0))
+        return optimizer_step(self.actor_module, self.actor_optimizer, self.config.grad_clip)
 
     # --------------------------------------------------------------------------------------------------------
     def compute_log_prob(
@@ -162,7 +171,7 @@ class DataParallelPPOActor(BasePPOActor):
         cfg = self.config
         temperature = data.meta_info["temperature"]
         multi_turn = data.meta_info.get("multi_turn", False)
-        use_kl_loss = cfg.get("use_kl_loss", False)
+        use_kl_loss = cfg.use_kl_loss
         select_keys = ["responses", "input_ids", "attention_mask", "position_ids", "old_log_probs", "advantages"]
         if multi_turn:
             select_keys.append("loss_mask")
@@ -172,17 +181,16 @@ class DataParallelPPOActor(BasePPOActor):
         data = data.select(batch_keys=select_keys, non_tensor_batch_keys=keep_non_tensor)
 
         mini_batch_size = cfg.ppo_mini_batch_size
-        use_dynamic_bsz = cfg.get("use_dynamic_bsz", False)
-        micro_batch_size = cfg.get("ppo_micro_batch_size_per_gpu")
-        max_token_len = cfg.get("ppo_max_token_len_per_gpu", 16384) * self.ulysses_sequence_parallel_size
-        entropy_coeff = cfg.get("entropy_coeff", 0.0)
-        loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
-        policy_loss_cfg = cfg.get("policy_loss", None)
-        loss_mode = policy_loss_cfg.get("loss_mode", "vanilla") if policy_loss_cfg is not None else "vanilla"
-        clip_ratio = cfg.get("clip_ratio", 0.2)
+        use_dynamic_bsz = cfg.use_dynamic_bsz
+        micro_batch_size = cfg.ppo_micro_batch_size_per_gpu
+        max_token_len = cfg.ppo_max_token_len_per_gpu * self.ulysses_sequence_parallel_size
+        entropy_coeff = cfg.entropy_coeff
+        loss_agg_mode = cfg.loss_agg_mode
+        loss_mode = cfg.policy_loss.loss_mode
+        clip_low, clip_high = cfg.clip_range
 
         metrics: dict[str, list] = {}
-        for _ in range(cfg.get("ppo_epochs", 1)):
+        for _ in range(cfg.ppo_epochs):
             for mini_batch in data.split(mini_batch_size):
                 micro_batches, _ = make_micro_batches(
                     mini_batch, select_keys, micro_batch_size, use_dynamic_bsz, max_token_len
@@ -208,10 +216,10 @@ class DataParallelPPOActor(BasePPOActor):
                             log_prob=log_prob,
                             advantages=advantages,
                             response_mask=response_mask,
-                            cliprange=clip_ratio,
-                            cliprange_low=cfg.get("clip_ratio_low", clip_ratio),
-                            cliprange_high=cfg.get("clip_ratio_high", clip_ratio),
-                            clip_ratio_c=cfg.get("clip_ratio_c", 3.0),
+                            cliprange=cfg.clip_ratio,
+                            cliprange_low=clip_low,
+                            cliprange_high=clip_high,
+                            clip_ratio_c=cfg.clip_ratio_c,
                             loss_agg_mode=loss_agg_mode,
                         )
                     else:
@@ -231,9 +239,9 @@ class DataParallelPPOActor(BasePPOActor):
                         policy_loss = policy_loss - entropy_coeff * entropy_loss
                         step_metrics["actor/entropy"] = to_float(entropy_loss)
                     if use_kl_loss:
-                        kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], cfg.get("kl_loss_type", "low_var_kl"))
+                        kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], cfg.kl_loss_type)
                         kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
-                        kl_coef = cfg.get("kl_loss_coef", 0.001)
+                        kl_coef = cfg.kl_loss_coef
                         policy_loss = policy_loss + kl_coef * kl_loss
                         step_metrics["actor/kl_loss"] = to_float(kl_loss)
                         step_metrics["actor/kl_coef"] = kl_coef

@@ -6,6 +6,7 @@ import logging
 
 import torch
 import torch.nn as nn
+from omegaconf import DictConfig
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
@@ -25,6 +26,7 @@ from verl.utils.micro_batch import (
     to_float,
     unpack_to_padded,
 )
+from verl.workers.config import CriticConfig
 from verl.workers.critic.base import BasePPOCritic
 
 logger = logging.getLogger(__name__)
@@ -39,13 +41,18 @@ class DataParallelPPOCritic(BasePPOCritic):
     ``AutoModelForTokenClassification`` with ``num_labels=1`` (or a TRL value-head model with ``v_head``).
     """
 
-    def __init__(self, config, critic_module: nn.Module, critic_optimizer: torch.optim.Optimizer | None):
+    def __init__(
+        self,
+        config: CriticConfig | DictConfig,
+        critic_module: nn.Module,
+        critic_optimizer: torch.optim.Optimizer | None,
+    ):
+        config = CriticConfig.from_config(config)
         super().__init__(config)
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
-        model_cfg = config.get("model", None)
-        self.use_remove_padding = model_cfg.get("use_remove_padding", False) if model_cfg is not None else False
-        self.ulysses_sequence_parallel_size = config.get("ulysses_sequence_parallel_size", 1)
+        self.use_remove_padding = config.model.use_remove_padding
+        self.ulysses_sequence_parallel_size = config.ulysses_sequence_parallel_size
         if self.ulysses_sequence_parallel_size > 1:
             raise NotImplementedError(
                 f"critic.ulysses_sequence_parallel_size={self.ulysses_sequence_parallel_size}: sequence parallelism "
@@ -88,7 +95,7 @@ class DataParallelPPOCritic(BasePPOCritic):
 
     def _optimizer_step(self) -> torch.Tensor:
         """Clip gradients to ``grad_clip`` and step the optimizer (skipped when the norm is not finite)."""
-        return optimizer_step(self.critic_module, self.critic_optimizer, self.config.get("grad_clip", 1.0))
+        return optimizer_step(self.critic_module, self.critic_optimizer, self.config.grad_clip)
 
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values of each response position, zero past the response: ``(bs, response_length)``.
@@ -127,14 +134,14 @@ class DataParallelPPOCritic(BasePPOCritic):
         keep_non_tensor = ["multi_modal_inputs"] if "multi_modal_inputs" in data.non_tensor_batch else []
         data = data.select(batch_keys=select_keys, non_tensor_batch_keys=keep_non_tensor)
         mini_batch_size = cfg.ppo_mini_batch_size
-        use_dynamic_bsz = cfg.get("use_dynamic_bsz", False)
-        micro_batch_size = cfg.get("ppo_micro_batch_size_per_gpu")
-        max_token_len = cfg.get("ppo_max_token_len_per_gpu", 32768) * self.ulysses_sequence_parallel_size
-        loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
-        cliprange_value = cfg.get("cliprange_value", 0.5)
+        use_dynamic_bsz = cfg.use_dynamic_bsz
+        micro_batch_size = cfg.ppo_micro_batch_size_per_gpu
+        max_token_len = cfg.ppo_max_token_len_per_gpu * self.ulysses_sequence_parallel_size
+        loss_agg_mode = cfg.loss_agg_mode
+        cliprange_value = cfg.cliprange_value
 
         metrics: dict[str, list] = {}
-        for _ in range(cfg.get("ppo_epochs", 1)):
+        for _ in range(cfg.ppo_epochs):
             for mini_batch in data.split(mini_batch_size):
                 micro_batches, _ = make_micro_batches(
                     mini_batch, select_keys, micro_batch_size, use_dynamic_bsz, max_token_len

@@ -6,6 +6,7 @@ import contextlib
 
 import torch
 import torch.nn as nn
+from omegaconf import DictConfig
 from tensordict import TensorDict
 from transformers import GenerationConfig
 
@@ -14,6 +15,7 @@ from verl.utils.device import get_torch_device, is_accelerator_available
 from verl.utils.fsdp_utils import fsdp2_full_params, fsdp_version
 from verl.utils.micro_batch import autocast_context
 from verl.utils.torch_functional import get_response_mask
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 
 __all__ = ["HFRollout", "build_rollout_output"]
@@ -55,9 +57,9 @@ class HFRollout(BaseRollout):
     ``B`` rows when greedy (``do_sample=False``) or validating (the trainer repeats by ``val_kwargs.n`` itself).
     """
 
-    def __init__(self, module: nn.Module, config):
+    def __init__(self, module: nn.Module, config: RolloutConfig | DictConfig):
         super().__init__()
-        self.config = config
+        self.config = RolloutConfig.from_config(config)
         self.module = module
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -67,7 +69,7 @@ class HFRollout(BaseRollout):
         ``temperature``, ``response_length``, ``top_p``, ``top_k``.
         """
         batch_size = len(prompts)
-        micro = self.config.get("micro_batch_size", None) or batch_size
+        micro = self.config.micro_batch_size or batch_size
         with self._full_params():
             outputs = [self._generate_minibatch(prompts[i : i + micro]) for i in range(0, batch_size, micro)]
         return DataProto.concat(outputs)
@@ -87,15 +89,15 @@ class HFRollout(BaseRollout):
 
     def _generation_kwargs(self, meta: dict) -> dict:
         cfg = self.config
-        do_sample = meta.get("do_sample", cfg.get("do_sample", True))
+        do_sample = meta.get("do_sample", cfg.do_sample)
         if meta.get("validate", False) and do_sample:
-            val = cfg.get("val_kwargs", {}) or {}
-            temperature, top_p, top_k, n = val.get("temperature", 0), val.get("top_p", 1.0), val.get("top_k", -1), 1
+            val = cfg.val_kwargs
+            temperature, top_p, top_k, n = val.temperature, val.top_p, val.top_k, 1
         else:
-            temperature = meta.get("temperature", cfg.get("temperature", 1.0))
-            top_p = meta.get("top_p", cfg.get("top_p", 1.0))
-            top_k = meta.get("top_k", cfg.get("top_k", 0))
-            n = cfg.get("n", 1)
+            temperature = meta.get("temperature", cfg.temperature)
+            top_p = meta.get("top_p", cfg.top_p)
+            top_k = meta.get("top_k", cfg.top_k)
+            n = cfg.n
         if not do_sample or temperature <= 0:
             # temperature 0 means greedy in verl's configs; HF rejects it as a sampling temperature.
             return {"do_sample": False, "num_beams": 1, "num_return_sequences": 1}

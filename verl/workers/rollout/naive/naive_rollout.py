@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from omegaconf import DictConfig
 
 from verl.protocol import DataProto
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import build_rollout_output
 
@@ -19,10 +21,10 @@ class NaiveRollout(BaseRollout):
     Rows that emitted EOS keep generating internally but their later tokens are replaced by ``pad_token_id``.
     """
 
-    def __init__(self, module: nn.Module, config):
+    def __init__(self, module: nn.Module, config: RolloutConfig | DictConfig):
         super().__init__()
         self.module = module
-        self.config = config
+        self.config = RolloutConfig.from_config(config)
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -31,9 +33,9 @@ class NaiveRollout(BaseRollout):
         eos_token_id, pad_token_id = meta["eos_token_id"], meta["pad_token_id"]
         eos = torch.as_tensor(eos_token_id if isinstance(eos_token_id, list | tuple) else [eos_token_id])
         response_length = meta.get("response_length", self.config.response_length)
-        do_sample = meta.get("do_sample", self.config.get("do_sample", True))
-        temperature = meta.get("temperature", self.config.get("temperature", 1.0))
-        top_k = meta.get("top_k", self.config.get("top_k", 0)) or 0
+        do_sample = meta.get("do_sample", self.config.do_sample)
+        temperature = meta.get("temperature", self.config.temperature)
+        top_k = meta.get("top_k", self.config.top_k) or 0
 
         prompt_ids = prompts.batch["input_ids"]
         prompt_mask = prompts.batch["attention_mask"]

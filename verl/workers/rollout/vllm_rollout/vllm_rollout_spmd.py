@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from omegaconf import DictConfig
 from vllm import LLM, SamplingParams
 
 from verl.protocol import DataProto
 from verl.utils.device import is_accelerator_available
 from verl.utils.torch_functional import pad_2d_list_to_length
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import build_rollout_output
 
@@ -47,21 +49,6 @@ def _repeat_interleave(value: torch.Tensor | np.ndarray, repeats: int) -> torch.
     if isinstance(value, torch.Tensor):
         return value.repeat_interleave(repeats, dim=0)
     return np.repeat(value, repeats, axis=0)
-
-
-def _get(config, key: str, default=None):
-    """``config.get`` for DictConfig/dict configs and attribute access for dataclass configs."""
-    if hasattr(config, "get"):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
-def _as_dict(value) -> dict:
-    if value is None:
-        return {}
-    if hasattr(value, "items"):
-        return {k: v for k, v in value.items()}
-    return dict(vars(value))
 
 
 def _has_rope_scaling(model_hf_config) -> bool:
@@ -134,14 +121,14 @@ class vLLMRollout(BaseRollout):
     plus ``rollout_log_probs (b, T)`` (float32, -1 on padding) when ``calculate_log_probs`` is set.
     """
 
-    def __init__(self, model_path: str, config, tokenizer, model_hf_config, **kwargs):
+    def __init__(self, model_path: str, config: RolloutConfig | DictConfig, tokenizer, model_hf_config, **kwargs):
         super().__init__()
-        self.config = config
+        self.config = config = RolloutConfig.from_config(config)
         self.tokenizer = tokenizer
         self.model_hf_config = model_hf_config
-        tp_size = int(_get(config, "tensor_model_parallel_size", 1))
-        free_cache_engine = bool(_get(config, "free_cache_engine", True))
-        enforce_eager = bool(_get(config, "enforce_eager", True))
+        tp_size = config.tensor_model_parallel_size
+        free_cache_engine = config.free_cache_engine
+        enforce_eager = config.enforce_eager
         assert enforce_eager or not free_cache_engine, (
             f"rollout.enforce_eager={enforce_eager} with free_cache_engine={free_cache_engine}: "
             "disable CUDA graphs (enforce_eager=True) to free the cache engine"
@@ -157,35 +144,35 @@ class vLLMRollout(BaseRollout):
                 "(each rank runs its own engine; use data parallelism across ranks)"
             )
 
-        prompt_length = int(_get(config, "prompt_length"))
-        response_length = int(_get(config, "response_length"))
+        prompt_length = config.prompt_length
+        response_length = config.response_length
         max_position = getattr(model_hf_config, "max_position_embeddings", None)
         if not _has_rope_scaling(model_hf_config) and max_position is not None:
             assert max_position >= prompt_length + response_length, (
                 f"model max_position_embeddings={max_position} is smaller than rollout.prompt_length "
                 f"+ rollout.response_length = {prompt_length + response_length}"
             )
-        max_model_len = int(_get(config, "max_model_len", None) or prompt_length + response_length)
-        max_num_batched_tokens = int(_get(config, "max_num_batched_tokens", 8192))
-        enable_chunked_prefill = bool(_get(config, "enable_chunked_prefill", True))
+        max_model_len = config.effective_max_model_len
+        max_num_batched_tokens = config.max_num_batched_tokens
+        enable_chunked_prefill = config.enable_chunked_prefill
         if enable_chunked_prefill and max_num_batched_tokens < max_model_len:
             raise ValueError(
                 f"rollout.max_num_batched_tokens={max_num_batched_tokens} must be >= max_model_len={max_model_len} "
                 "when enable_chunked_prefill is on; raise max_num_batched_tokens or turn chunked prefill off"
             )
-        max_num_seqs = int(_get(config, "max_num_seqs", 1024))
-        dtype = str(_get(config, "dtype", "bfloat16"))
-        load_format = str(_get(config, "load_format", "dummy"))
-        gpu_memory_utilization = float(_get(config, "gpu_memory_utilization", 0.5))
+        max_num_seqs = config.max_num_seqs
+        dtype = config.dtype
+        load_format = config.load_format
+        gpu_memory_utilization = config.gpu_memory_utilization
 
-        vllm_kwargs = _as_dict(_as_dict(_get(config, "engine_kwargs", None)).get("vllm"))
+        vllm_kwargs = dict(config.engine_kwargs.vllm or {})
         engine_kwargs = {k: v for k, v in vllm_kwargs.items() if v is not None}  # null entries mean "vLLM default"
         engine_kwargs = _supported_engine_kwargs(engine_kwargs)
         lora_rank = int(kwargs.get("lora_rank", 0) or 0)
         if lora_rank > 0:
             # Adapter sync (TensorLoRARequest per update) is not implemented; a silently stale adapter would be worse.
             raise NotImplementedError(f"lora_rank={lora_rank}: LoRA is not supported by this vLLM rollout yet")
-        limit_images = _get(config, "limit_images", None)
+        limit_images = config.limit_images
         if limit_images:
             engine_kwargs.setdefault("limit_mm_per_prompt", {"image": limit_images})
 
@@ -205,7 +192,7 @@ class vLLMRollout(BaseRollout):
                 platform_kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(
                     model_hf_config, dtype, max_model_len, max_num_seqs, gpu_memory_utilization
                 )
-            self._pin_cpu_threads(_get(config, "cpu_num_threads", None))
+            self._pin_cpu_threads(config.cpu_num_threads)
 
         llm_kwargs = {
             "model": model_path,
@@ -218,15 +205,15 @@ class vLLMRollout(BaseRollout):
             "max_model_len": max_model_len,
             "max_num_seqs": max_num_seqs,
             "load_format": "dummy" if load_format.startswith("dummy") else load_format,
-            "disable_log_stats": bool(_get(config, "disable_log_stats", True)),
+            "disable_log_stats": config.disable_log_stats,
             "max_num_batched_tokens": max_num_batched_tokens,
             "enable_chunked_prefill": enable_chunked_prefill,
             "enable_prefix_caching": True,
             "trust_remote_code": bool(kwargs.get("trust_remote_code", False)),
-            "seed": int(_get(config, "seed", 0) or 0),
+            "seed": config.seed,
             # "processed": log-probs of the temperature-scaled distribution the token was sampled from, which is
             # what the actor recomputes (log_softmax(logits / temperature)).
-            "logprobs_mode": _get(config, "logprobs_mode", "processed_logprobs"),
+            "logprobs_mode": config.logprobs_mode,
             **platform_kwargs,
         }
         llm_kwargs.update(engine_kwargs)  # engine_kwargs.vllm has the last word
@@ -235,13 +222,13 @@ class vLLMRollout(BaseRollout):
             # The sharding manager wakes the engine up (weights, then KV cache) before each generation.
             self.inference_engine.sleep(level=1)
 
-        self.calculate_log_probs = bool(_get(config, "calculate_log_probs", False))
+        self.calculate_log_probs = config.calculate_log_probs
         base = {"n": 1, "max_tokens": response_length, "detokenize": False}
         if self.calculate_log_probs:
             base["logprobs"] = 0  # the sampled token's own log-prob
-        for key in _config_keys(config):
+        for key in config:
             if key in _SAMPLING_FIELDS and key not in _NOT_FORWARDED:
-                base[key] = _get(config, key)
+                base[key] = config[key]
         self.sampling_kwargs: dict[str, Any] = base
         self.pad_token_id = tokenizer.pad_token_id if tokenizer is not None else None
 
@@ -275,13 +262,8 @@ class vLLMRollout(BaseRollout):
         if not meta.get("do_sample", True):
             return {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "temperature": 0.0, "n": 1}
         if meta.get("validate", False):
-            val = _as_dict(_get(self.config, "val_kwargs", None))
-            return {
-                "top_k": val.get("top_k", -1),
-                "top_p": val.get("top_p", 1.0),
-                "temperature": val.get("temperature", 0.0),
-                "n": 1,
-            }
+            val = self.config.val_kwargs
+            return {"top_k": val.top_k, "top_p": val.top_p, "temperature": val.temperature, "n": 1}
         return {}
 
     @torch.no_grad()
@@ -359,9 +341,3 @@ class vLLMRollout(BaseRollout):
             padded = [lp + [-1.0] * (response_length - len(lp)) for lp in log_probs]
             batch["rollout_log_probs"] = torch.tensor(padded, dtype=torch.float32, device=idx.device)
         return DataProto(batch=batch, non_tensor_batch=non_tensor)
-
-
-def _config_keys(config) -> list[str]:
-    if hasattr(config, "keys"):
-        return [str(k) for k in config.keys()]
-    return list(vars(config).keys())
