@@ -117,3 +117,23 @@ def test_sections_read_like_the_dictconfig_they_replace():
     assert "policy_loss" in actor and actor.policy_loss.get("loss_mode") == "vanilla"
     assert actor.clip_range == (0.2, 0.2)
     assert OmegaConf.create(actor.to_dict()).optim.lr == actor.optim.lr
+
+
+def test_check_ppo_config_reports_a_wrong_type_as_a_config_error():
+    from verl.trainer.config_validation import ConfigError, check_ppo_config
+
+    with pytest.raises(ConfigError, match=r"critic\.ppo_epochs='two'"):
+        check_ppo_config(_compose(["critic.ppo_epochs=two"]), check_paths=False, check_device=False)
+
+
+def test_workers_take_a_private_typed_copy():
+    """The in-process group hands the trainer's own section object to the worker, which rewrites batch sizes to
+    per-rank values: the worker must work on a copy, typed whatever the recipe passed."""
+    from verl.workers.fsdp_workers import _typed
+
+    section = PPOConfig.from_config(_compose()).actor_rollout_ref
+    copy = _typed(section, ActorRolloutRefConfig)
+    copy.actor.ppo_mini_batch_size = 1
+    assert section.actor.ppo_mini_batch_size == 32 and copy is not section
+    from_dict = _typed(_compose().actor_rollout_ref, ActorRolloutRefConfig)
+    assert isinstance(from_dict, ActorRolloutRefConfig) and from_dict == section

@@ -311,3 +311,25 @@ def test_outcome_advantages_are_zero_on_padding(batch):
         fn = core_algos.get_adv_estimator_fn(name)
         adv, _ = fn(token_level_rewards=r, response_mask=m, index=index, config=cfg)
         assert torch.all(adv[m == 0] == 0), name
+
+
+def test_compute_advantage_routes_grpo_through_the_registry(monkeypatch):
+    """GRPO is looked up in the registry like every estimator, with the inputs its signature asks for."""
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    calls = []
+
+    def recording_grpo(token_level_rewards, response_mask, index, norm_adv_by_std_in_grpo, config):
+        calls.append((index.tolist(), norm_adv_by_std_in_grpo, config.gamma))
+        return token_level_rewards * 2, token_level_rewards * 3
+
+    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "grpo", recording_grpo)
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 2.0]])
+    data = DataProto.from_dict(
+        {"token_level_rewards": rewards, "response_mask": torch.ones(2, 2)},
+        non_tensors={"uid": np.array(["a", "a"], dtype=object)},
+    )
+    out = compute_advantage(data, "grpo", norm_adv_by_std_in_grpo=False, config={"gamma": 0.5})
+    assert calls == [(["a", "a"], False, 0.5)]
+    assert torch.equal(out.batch["advantages"], rewards * 2) and torch.equal(out.batch["returns"], rewards * 3)

@@ -16,7 +16,7 @@ from verl.utils.fsdp_utils import fsdp2_full_params, fsdp_version
 from verl.utils.micro_batch import autocast_context
 from verl.utils.torch_functional import get_response_mask
 from verl.workers.config import RolloutConfig
-from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.base import BaseRollout, SamplingRequest
 
 __all__ = ["HFRollout", "build_rollout_output"]
 
@@ -87,27 +87,18 @@ class HFRollout(BaseRollout):
             return fsdp2_full_params(self.module)
         return contextlib.nullcontext()
 
-    def _generation_kwargs(self, meta: dict) -> dict:
-        cfg = self.config
-        do_sample = meta.get("do_sample", cfg.do_sample)
-        if meta.get("validate", False) and do_sample:
-            val = cfg.val_kwargs
-            temperature, top_p, top_k, n = val.temperature, val.top_p, val.top_k, 1
-        else:
-            temperature = meta.get("temperature", cfg.temperature)
-            top_p = meta.get("top_p", cfg.top_p)
-            top_k = meta.get("top_k", cfg.top_k)
-            n = cfg.n
-        if not do_sample or temperature <= 0:
+    @staticmethod
+    def _generation_kwargs(request: SamplingRequest) -> dict:
+        if not request.do_sample:
             # temperature 0 means greedy in verl's configs; HF rejects it as a sampling temperature.
             return {"do_sample": False, "num_beams": 1, "num_return_sequences": 1}
         return {
             "do_sample": True,
             "num_beams": 1,
-            "temperature": float(temperature),
-            "top_p": float(top_p),
-            "top_k": max(0, int(top_k)),  # verl's -1 ("off") is HF's 0
-            "num_return_sequences": int(n),
+            "temperature": float(request.temperature),
+            "top_p": float(request.top_p),
+            "top_k": max(0, int(request.top_k)),  # verl's -1 ("off") is HF's 0
+            "num_return_sequences": int(request.n),
         }
 
     @torch.no_grad()
@@ -117,8 +108,9 @@ class HFRollout(BaseRollout):
             if key not in meta:
                 raise KeyError(f"prompts.meta_info[{key!r}] is required by HFRollout (the worker sets it)")
         eos_token_id, pad_token_id = meta["eos_token_id"], meta["pad_token_id"]
-        response_length = meta.get("response_length", self.config.response_length)
-        gen_kwargs = self._generation_kwargs(meta)
+        request = SamplingRequest.resolve(meta, self.config)
+        response_length = request.response_length
+        gen_kwargs = self._generation_kwargs(request)
         num_return = gen_kwargs["num_return_sequences"]
 
         idx = prompts.batch["input_ids"]

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from verl.protocol import DataProto
 from verl.workers.config import RolloutConfig
-from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.base import BaseRollout, SamplingRequest
 from verl.workers.rollout.hf_rollout import build_rollout_output
 
 __all__ = ["NaiveRollout"]
@@ -32,10 +32,9 @@ class NaiveRollout(BaseRollout):
         meta = prompts.meta_info
         eos_token_id, pad_token_id = meta["eos_token_id"], meta["pad_token_id"]
         eos = torch.as_tensor(eos_token_id if isinstance(eos_token_id, list | tuple) else [eos_token_id])
-        response_length = meta.get("response_length", self.config.response_length)
-        do_sample = meta.get("do_sample", self.config.do_sample)
-        temperature = meta.get("temperature", self.config.temperature)
-        top_k = meta.get("top_k", self.config.top_k) or 0
+        request = SamplingRequest.resolve(meta, self.config)
+        response_length, do_sample = request.response_length, request.do_sample
+        temperature, top_k = request.temperature, request.top_k
 
         prompt_ids = prompts.batch["input_ids"]
         prompt_mask = prompts.batch["attention_mask"]

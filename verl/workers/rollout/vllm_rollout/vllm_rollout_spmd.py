@@ -22,7 +22,7 @@ from verl.protocol import DataProto
 from verl.utils.device import is_accelerator_available
 from verl.utils.torch_functional import pad_2d_list_to_length
 from verl.workers.config import RolloutConfig
-from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.base import BaseRollout, SamplingRequest
 from verl.workers.rollout.hf_rollout import build_rollout_output
 
 logger = logging.getLogger(__name__)
@@ -258,13 +258,24 @@ class vLLMRollout(BaseRollout):
             self.sampling_kwargs = old
 
     def _request_overrides(self, meta: dict) -> dict:
-        """Greedy for ``do_sample=False``; ``val_kwargs`` (one sample) when validating."""
-        if not meta.get("do_sample", True):
-            return {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "temperature": 0.0, "n": 1}
-        if meta.get("validate", False):
-            val = self.config.val_kwargs
-            return {"top_k": val.top_k, "top_p": val.top_p, "temperature": val.temperature, "n": 1}
-        return {}
+        """The sampling fields of this call (see `SamplingRequest`); greedy also switches min_p off."""
+        current = self.sampling_kwargs
+        request = SamplingRequest.resolve(
+            meta,
+            self.config,
+            **{key: current[key] for key in ("temperature", "top_p", "top_k", "n") if key in current},
+            response_length=current["max_tokens"],
+        )
+        overrides = {
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "top_k": request.top_k,
+            "n": request.n,
+            "max_tokens": request.response_length,
+        }
+        if not request.do_sample:
+            overrides["min_p"] = 0.0
+        return overrides
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto, **kwargs) -> DataProto:
@@ -306,8 +317,6 @@ class vLLMRollout(BaseRollout):
             inputs.append(entry)
 
         overrides = self._request_overrides(meta)
-        if "response_length" in meta:
-            overrides["max_tokens"] = int(meta["response_length"])
         overrides.update(kwargs)
         with self.update_sampling_params(**overrides):
             params = dict(self.sampling_kwargs)
