@@ -16,6 +16,8 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from omegaconf import OmegaConf
+
 __all__ = ["BaseConfig"]
 
 
@@ -84,6 +86,8 @@ class BaseConfig(Mapping):
         def plain(value):
             if isinstance(value, BaseConfig):
                 return value.to_dict()
+            if OmegaConf.is_config(value):
+                return OmegaConf.to_container(value, resolve=True)
             if isinstance(value, list | tuple):
                 return [plain(v) for v in value]
             if isinstance(value, dict):

@@ -78,7 +78,10 @@ def _build(dataclass_type: type, values: dict, allow_extra: bool, path: str):
             f"{dataclass_type.__name__} has no field(s) {[where + str(k) for k in unknown]}; "
             f"known fields: {sorted(fields)}"
         )
-    extra = {k: values.pop(k) for k in unknown}
+    # nested extra sections stay OmegaConf nodes, so a recipe reads them as before (cfg.filter_groups.enable)
+    extra = {
+        k: OmegaConf.create(v) if isinstance(v, dict | list) else v for k, v in ((k, values.pop(k)) for k in unknown)
+    }
     hints = _hints(dataclass_type)
     kwargs = {}
     for name, value in values.items():

@@ -96,7 +96,8 @@ def test_plus_overrides_keep_working_as_extra_keys():
     )
     assert cfg.actor_rollout_ref.actor.my_recipe_coef == 0.5
     assert cfg.actor_rollout_ref.actor.get("my_recipe_coef") == 0.5
-    assert cfg.algorithm.filter_groups == {"enable": True}
+    assert cfg.algorithm.filter_groups.enable is True  # a nested extra section reads as it did on the DictConfig
+    assert cfg.algorithm.to_dict()["filter_groups"] == {"enable": True}
     # a hidden key is a declared field: +key sets it with its type checked
     cfg = PPOConfig.from_config(_compose(["+data.gen_batch_size=64", "+actor_rollout_ref.rollout.seed=3"]))
     assert cfg.data.gen_batch_size == 64 and cfg.data.generation_batch_size == 64
