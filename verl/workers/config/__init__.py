@@ -14,7 +14,7 @@ from verl.workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig
 from verl.workers.config.critic import CriticConfig
 from verl.workers.config.engine import CheckpointConfig, CriticOptimConfig, FSDPConfig, OptimConfig, WrapPolicyConfig
 from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
-from verl.workers.config.reward_model import RewardModelConfig, SandboxFusionConfig
+from verl.workers.config.reward_model import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
 from verl.workers.config.rollout import EngineKwargsConfig, MultiTurnConfig, RolloutConfig, SamplingConfig
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "HFModelConfig",
     "MultiTurnConfig",
     "OptimConfig",
+    "OverlongBufferConfig",
     "PolicyLossConfig",
     "RefConfig",
     "RewardModelConfig",

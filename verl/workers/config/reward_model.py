@@ -9,7 +9,17 @@ from verl.base_config import BaseConfig
 from verl.utils.debug import ProfilerConfig
 from verl.workers.config.model import RewardModelModelConfig
 
-__all__ = ["RewardModelConfig", "SandboxFusionConfig"]
+__all__ = ["OverlongBufferConfig", "RewardModelConfig", "SandboxFusionConfig"]
+
+
+@dataclass
+class OverlongBufferConfig(BaseConfig):
+    """`reward_model.overlong_buffer` (DAPO): a linear penalty on responses that run into the last `len` tokens."""
+
+    enable: bool = False
+    len: int = 4096
+    penalty_factor: float = 1.0
+    log: bool = False
 
 
 @dataclass
@@ -25,7 +35,7 @@ class SandboxFusionConfig(BaseConfig):
 class RewardModelConfig(BaseConfig):
     """`reward_model`."""
 
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("reward_kwargs", "truncation")
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("reward_kwargs", "truncation", "overlong_buffer")
 
     enable: bool = False
     strategy: str = "fsdp"
@@ -44,3 +54,5 @@ class RewardModelConfig(BaseConfig):
     reward_kwargs: dict = field(default_factory=dict)
     # hidden: which side of a re-templated input longer than max_length is cut (left, right or error)
     truncation: str = "right"
+    # hidden (DAPO's YAML sets it): the overlong-buffer penalty of the dapo reward manager
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)

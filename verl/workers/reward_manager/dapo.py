@@ -8,6 +8,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S
+from verl.workers.config import OverlongBufferConfig
 from verl.workers.reward_manager.naive import NaiveRewardManager, decode_sample, merge_extra_info, print_examined
 from verl.workers.reward_manager.registry import register
 
@@ -35,7 +36,9 @@ class DAPORewardManager(NaiveRewardManager):
         timeout_mode: str = "auto",
     ) -> None:
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s, timeout_mode)
-        self.overlong_buffer_cfg = overlong_buffer_cfg
+        self.overlong_buffer_cfg = None
+        if overlong_buffer_cfg is not None:
+            self.overlong_buffer_cfg = OverlongBufferConfig.from_config(overlong_buffer_cfg)
         self.max_resp_len = max_resp_len
         if overlong_buffer_cfg is not None:
             assert max_resp_len is not None, (
@@ -43,7 +46,7 @@ class DAPORewardManager(NaiveRewardManager):
             )
 
     def _overlong_enabled(self) -> bool:
-        return self.overlong_buffer_cfg is not None and bool(self.overlong_buffer_cfg.get("enable", False))
+        return self.overlong_buffer_cfg is not None and self.overlong_buffer_cfg.enable
 
     def __call__(self, data: DataProto, return_dict: bool = False):
         """``reward_tensor`` ``(bs, response_length)`` or ``{"reward_tensor", "reward_extra_info"}``."""
@@ -71,12 +74,12 @@ class DAPORewardManager(NaiveRewardManager):
             info = dict(info)
             reward = score
             if self._overlong_enabled():
-                buffer_len = self.overlong_buffer_cfg["len"]
+                buffer_len = self.overlong_buffer_cfg.len
                 expected_len = self.max_resp_len - buffer_len
                 exceed_len = valid_response_length - expected_len
-                overlong_reward = min(-exceed_len / buffer_len * self.overlong_buffer_cfg["penalty_factor"], 0)
+                overlong_reward = min(-exceed_len / buffer_len * self.overlong_buffer_cfg.penalty_factor, 0)
                 reward += overlong_reward
-                if self.overlong_buffer_cfg.get("log", False):
+                if self.overlong_buffer_cfg.log:
                     info["overlong_reward"] = overlong_reward
                     info["overlong"] = overlong_reward < 0
             infos.append(info)

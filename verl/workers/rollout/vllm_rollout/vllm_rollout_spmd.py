@@ -121,7 +121,17 @@ class vLLMRollout(BaseRollout):
     plus ``rollout_log_probs (b, T)`` (float32, -1 on padding) when ``calculate_log_probs`` is set.
     """
 
-    def __init__(self, model_path: str, config: RolloutConfig | DictConfig, tokenizer, model_hf_config, **kwargs):
+    def __init__(
+        self,
+        model_path: str,
+        config: RolloutConfig | DictConfig,
+        tokenizer,
+        model_hf_config,
+        *,
+        trust_remote_code: bool = False,
+        lora_rank: int = 0,
+        **kwargs,
+    ):
         super().__init__()
         self.config = config = RolloutConfig.from_config(config)
         self.tokenizer = tokenizer
@@ -168,7 +178,6 @@ class vLLMRollout(BaseRollout):
         vllm_kwargs = dict(config.engine_kwargs.vllm or {})
         engine_kwargs = {k: v for k, v in vllm_kwargs.items() if v is not None}  # null entries mean "vLLM default"
         engine_kwargs = _supported_engine_kwargs(engine_kwargs)
-        lora_rank = int(kwargs.get("lora_rank", 0) or 0)
         if lora_rank > 0:
             # Adapter sync (TensorLoRARequest per update) is not implemented; a silently stale adapter would be worse.
             raise NotImplementedError(f"lora_rank={lora_rank}: LoRA is not supported by this vLLM rollout yet")
@@ -209,7 +218,7 @@ class vLLMRollout(BaseRollout):
             "max_num_batched_tokens": max_num_batched_tokens,
             "enable_chunked_prefill": enable_chunked_prefill,
             "enable_prefix_caching": True,
-            "trust_remote_code": bool(kwargs.get("trust_remote_code", False)),
+            "trust_remote_code": trust_remote_code,
             "seed": config.seed,
             # "processed": log-probs of the temperature-scaled distribution the token was sampled from, which is
             # what the actor recomputes (log_softmax(logits / temperature)).
@@ -321,13 +330,13 @@ class vLLMRollout(BaseRollout):
         with self.update_sampling_params(**overrides):
             params = dict(self.sampling_kwargs)
         response_length = int(params["max_tokens"])
-        if not params.get("ignore_eos", False):
+        if not params["ignore_eos"]:
             # Stop exactly at the EOS the response mask is built from (meta_info), not at the engine's own
             # generation-config EOS: ignore_eos switches the latter off, stop_token_ids installs the former.
             eos_ids = list(eos_token_id) if isinstance(eos_token_id, list | tuple) else [eos_token_id]
             params["ignore_eos"] = True
             params["stop_token_ids"] = [int(t) for t in eos_ids if t is not None]
-        n = int(params.get("n", 1))
+        n = int(params["n"])
         outputs = self.inference_engine.generate(
             prompts=inputs, sampling_params=SamplingParams(**params), use_tqdm=False
         )
