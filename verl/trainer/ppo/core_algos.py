@@ -17,10 +17,10 @@ import pandas as pd
 import torch
 
 import verl.utils.torch_functional as verl_F
+from verl.trainer.config.algorithm import AlgoConfig, KLControlConfig
 from verl.trainer.ppo.losses import (  # noqa: F401  (the losses are part of core_algos' public surface)
     LOSS_AGG_MODES,
     POLICY_LOSS_REGISTRY,
-    _cfg_get,
     _check_shapes,
     agg_loss,
     compute_entropy_loss,
@@ -65,14 +65,13 @@ class FixedKLController:
 
 def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
     """Build the controller named by ``kl_ctrl.type`` (``fixed`` or ``adaptive``) from ``algorithm.kl_ctrl``."""
-    kind = _cfg_get(kl_ctrl, "type")
-    if kind == "fixed":
-        return FixedKLController(kl_coef=_cfg_get(kl_ctrl, "kl_coef"))
-    if kind == "adaptive":
-        horizon = _cfg_get(kl_ctrl, "horizon")
-        assert horizon > 0, f"algorithm.kl_ctrl.horizon must be > 0, got {horizon}"
-        return AdaptiveKLController(_cfg_get(kl_ctrl, "kl_coef"), _cfg_get(kl_ctrl, "target_kl"), horizon)
-    raise NotImplementedError(f"Unknown algorithm.kl_ctrl.type {kind!r}; expected 'fixed' or 'adaptive'")
+    kl_ctrl = KLControlConfig.from_config(kl_ctrl)
+    if kl_ctrl.type == "fixed":
+        return FixedKLController(kl_coef=kl_ctrl.kl_coef)
+    if kl_ctrl.type == "adaptive":
+        assert kl_ctrl.horizon > 0, f"algorithm.kl_ctrl.horizon must be > 0, got {kl_ctrl.horizon}"
+        return AdaptiveKLController(kl_ctrl.kl_coef, kl_ctrl.target_kl, kl_ctrl.horizon)
+    raise NotImplementedError(f"Unknown algorithm.kl_ctrl.type {kl_ctrl.type!r}; expected 'fixed' or 'adaptive'")
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
@@ -282,7 +281,7 @@ def compute_grpo_passk_outcome_advantage(
     """
     assert config is not None, "grpo_passk needs the algorithm config (for norm_adv_by_std_in_grpo)"
     _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
-    norm = _cfg_get(config, "norm_adv_by_std_in_grpo", True)
+    norm = AlgoConfig.from_config(config).norm_adv_by_std_in_grpo
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         g = _Groups(scores, index)
@@ -380,7 +379,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     """
     assert config is not None, "reinforce_plus_plus needs the algorithm config (for gamma)"
     _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
-    gamma = _cfg_get(config, "gamma", 1.0)
+    gamma = AlgoConfig.from_config(config).gamma
     with torch.no_grad():
         returns = _discounted_returns(token_level_rewards, response_mask, gamma)
         advantages = verl_F.masked_whiten(returns, response_mask).mul_(response_mask)

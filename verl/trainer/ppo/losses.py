@@ -8,14 +8,7 @@ from typing import Any
 import torch
 
 import verl.utils.torch_functional as verl_F
-
-
-def _cfg_get(config: Any, key: str, default: Any = None) -> Any:
-    """Read ``key`` from a dict, DictConfig or dataclass-like config; ``default`` when absent or None."""
-    if config is None:
-        return default
-    value = config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
-    return default if value is None else value
+from verl.workers.config import ActorConfig
 
 
 def _check_shapes(**tensors: torch.Tensor) -> None:
@@ -102,9 +95,11 @@ def get_policy_loss_fn(name: str) -> Callable:
     return POLICY_LOSS_REGISTRY[name]
 
 
-def _clip_ranges(config: Any) -> tuple[float, float]:
-    clip = _cfg_get(config, "clip_ratio", 0.2)
-    return _cfg_get(config, "clip_ratio_low", clip), _cfg_get(config, "clip_ratio_high", clip)
+def _actor_config(config: Any) -> ActorConfig:
+    """The actor section a registered loss reads (typed; a dict or DictConfig takes the YAML's defaults)."""
+    if isinstance(config, ActorConfig):
+        return config
+    return ActorConfig.from_config(config if config is not None else {})
 
 
 @register_policy_loss("vanilla")
@@ -117,16 +112,17 @@ def compute_policy_loss_vanilla(
     config: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`compute_policy_loss` with clip ranges read from the actor config (registry call convention)."""
-    low, high = _clip_ranges(config)
+    cfg = _actor_config(config)
+    low, high = cfg.clip_range
     return compute_policy_loss(
         old_log_prob,
         log_prob,
         advantages,
         response_mask,
-        cliprange=_cfg_get(config, "clip_ratio", 0.2),
+        cliprange=cfg.clip_ratio,
         cliprange_low=low,
         cliprange_high=high,
-        clip_ratio_c=_cfg_get(config, "clip_ratio_c", 3.0),
+        clip_ratio_c=cfg.clip_ratio_c,
         loss_agg_mode=loss_agg_mode,
     )
 
@@ -144,11 +140,11 @@ def compute_policy_loss_clip_cov(
 
     All tensors ``(bs, response_length)``; params from ``config.policy_loss`` (clip_cov_ratio/lb/ub).
     """
-    pl = _cfg_get(config, "policy_loss", {})
-    ratio_keep = _cfg_get(pl, "clip_cov_ratio", 0.0002)
-    lb, ub = _cfg_get(pl, "clip_cov_lb", 1.0), _cfg_get(pl, "clip_cov_ub", 5.0)
+    cfg = _actor_config(config)
+    pl = cfg.policy_loss
+    ratio_keep, lb, ub = pl.clip_cov_ratio, pl.clip_cov_lb, pl.clip_cov_ub
     assert ratio_keep > 0, f"policy_loss.clip_cov_ratio must be > 0, got {ratio_keep}"
-    low, high = _clip_ranges(config)
+    low, high = cfg.clip_range
     _check_shapes(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask)
     log_ratio = log_prob - old_log_prob
     ratio = torch.exp(log_ratio)
@@ -185,8 +181,8 @@ def compute_policy_loss_kl_cov(
 
     All tensors ``(bs, response_length)``; params ``policy_loss.kl_cov_ratio`` and ``policy_loss.ppo_kl_coef``.
     """
-    pl = _cfg_get(config, "policy_loss", {})
-    ratio_top, coef = _cfg_get(pl, "kl_cov_ratio", 0.0002), _cfg_get(pl, "ppo_kl_coef", 1.0)
+    pl = _actor_config(config).policy_loss
+    ratio_top, coef = pl.kl_cov_ratio, pl.ppo_kl_coef
     _check_shapes(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask)
     log_ratio = log_prob - old_log_prob
     abs_kl = log_ratio.abs()
