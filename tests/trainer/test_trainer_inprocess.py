@@ -90,6 +90,23 @@ def test_every_estimator_one_step(workspace, estimator):
         assert "timing_s/gen_max" in metrics
 
 
+@pytest.mark.parametrize(
+    ("extra", "separate_pass"),
+    [
+        ((), False),  # one epoch over one mini batch: the update's own forward gives the old log-probs
+        (("actor_rollout_ref.actor.ppo_epochs=2",), True),
+        (("actor_rollout_ref.actor.ppo_mini_batch_size=2",), True),
+    ],
+)
+def test_old_log_prob_pass_only_when_the_update_is_not_on_policy(workspace, extra, separate_pass):
+    trainer, before, after = run_one_step(single_process_config(workspace, "grpo", extra=extra))
+    metrics = trainer.logged[0]
+    # the worker reports its own seconds for every compute_log_prob call it serves
+    assert ("timing_s/worker/compute_log_prob" in metrics) is separate_pass
+    assert trainer._needs_old_log_prob() is separate_pass
+    assert math.isfinite(metrics["actor/entropy"]) and any(not torch.equal(before[k], after[k]) for k in before)
+
+
 def test_kl_in_reward_adaptive_and_critic_warmup(workspace):
     config = single_process_config(
         workspace,

@@ -65,12 +65,14 @@ def make_tiny_model_dir(
     tie_word_embeddings: bool = False,
     dtype: torch.dtype = torch.float32,
     max_position_embeddings: int = 2048,
+    vocab_size: int | None = None,
 ) -> str:
     """Write a seeded random HF model plus the shipped tokenizer into ``path``; returns ``path``.
 
     The same arguments always give bit-identical weights. ``head`` picks the model class:
     ``causal_lm`` (actor/ref/rollout), ``token_classification`` or ``sequence_classification``
-    (critic / reward model, ``num_labels=1``). The vocabulary size equals the tokenizer's length.
+    (critic / reward model, ``num_labels=1``). The vocabulary size is the tokenizer's length unless ``vocab_size``
+    asks for a larger embedding (a real model's shape: unused rows, as in Qwen's padded vocabularies).
     """
     import transformers
     from transformers import AutoTokenizer
@@ -92,7 +94,7 @@ def make_tiny_model_dir(
     }
     config = _make_config(
         model_type,
-        len(tokenizer),
+        max(vocab_size or 0, len(tokenizer)),
         special_ids,
         hidden_size=hidden_size,
         num_layers=num_layers,

@@ -241,3 +241,40 @@ def test_registered_policy_losses_run_through_update(loss_mode):
 def test_micro_batch_size_must_divide_mini_batch():
     with pytest.raises(ValueError, match=r"actor.ppo_mini_batch_size=6 .* actor.ppo_micro_batch_size_per_gpu=4"):
         _one_update(actor_config(ppo_micro_batch_size_per_gpu=4))
+
+
+@pytest.mark.parametrize("use_kl_loss", [False, True])
+def test_on_policy_update_without_old_log_probs_equals_the_separate_pass(use_kl_loss):
+    """One epoch over one mini batch: taking the old log-probs from the update's own forward (no separate pass)
+    gives the same parameters and loss as recomputing them first, as the trainer did before."""
+    cfg = actor_config(use_kl_loss=use_kl_loss)
+    results = []
+    for separate_pass in (True, False):
+        model = tiny_lm()
+        actor = DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=0.5))
+        data = rollout_batch()
+        if separate_pass:
+            data.batch["old_log_probs"], _ = actor.compute_log_prob(log_prob_meta(copy.deepcopy(data)))
+        else:
+            data.pop(batch_keys=["old_log_probs"])
+        metrics = actor.update_policy(data)
+        results.append((metrics, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+    (m_sep, p_sep), (m_on, p_on) = results
+    for name in p_sep:
+        torch.testing.assert_close(p_sep[name], p_on[name], rtol=0, atol=1e-6)
+    assert m_sep["actor/pg_loss"] == pytest.approx(m_on["actor/pg_loss"], abs=1e-6)
+    assert "actor/entropy" in m_on and all(v > 0 for v in m_on["actor/entropy"])
+    changed = any(not torch.equal(p_on[k], tiny_lm().state_dict()[k]) for k in p_on)
+    assert changed, "the update must move the parameters"
+
+
+def test_an_update_without_old_log_probs_is_refused_beyond_one_on_policy_pass():
+    model = tiny_lm()
+    data = rollout_batch()
+    data.pop(batch_keys=["old_log_probs"])
+    actor = DataParallelPPOActor(actor_config(ppo_epochs=2), model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="ppo_epochs=2"):
+        actor.update_policy(data)
+    actor = DataParallelPPOActor(actor_config(ppo_mini_batch_size=3), model, torch.optim.SGD(model.parameters()))
+    with pytest.raises(ValueError, match="mini batch of 3"):
+        actor.update_policy(copy.deepcopy(data))

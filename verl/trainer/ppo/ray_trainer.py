@@ -343,7 +343,22 @@ class RayPPOTrainer:
         launch_async = self.ppo_config.reward_model.launch_reward_fn_async
         return batch, submit_reward(batch, self.reward_fn, self.ppo_config, self.tokenizer, launch_async)
 
+    def _needs_old_log_prob(self) -> bool:
+        """Whether the update needs the old log-probs from a pass of their own.
+
+        One on-policy update (one epoch over one mini batch) gets them from its own forward instead, which gives the
+        same gradient (see ``DataParallelPPOActor.update_policy``). The in-reward KL penalty and the rollout
+        probability probe (``rollout.calculate_log_probs``) need them before the update; a recipe that does too
+        overrides this.
+        """
+        cfg = self.ppo_config
+        actor = cfg.actor_rollout_ref.actor
+        on_policy = actor.ppo_epochs == 1 and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
+        return not on_policy or cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.rollout.calculate_log_probs
+
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        if not self._needs_old_log_prob():
+            return batch
         old_log_prob = pop_worker_timing(self.actor_rollout_wg.compute_log_prob(batch), timing_raw)
         entropys = old_log_prob.batch.pop("entropys")
         loss_agg_mode = self.ppo_config.actor_rollout_ref.actor.loss_agg_mode

@@ -70,13 +70,16 @@ class DataParallelPPOActor(BasePPOActor):
         self.device = compute_device()
 
     # --------------------------------------------------------------------------------------------------------
-    def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
+    def _entropy(self, logits: torch.Tensor, needs_grad: bool = True) -> torch.Tensor:
+        if not needs_grad:  # a metric only: no autograd graph over the logits
+            with torch.no_grad():
+                return self._entropy_fn(logits.detach())
         if self.config.entropy_checkpointing and torch.is_grad_enabled():
             return torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False)
         return self._entropy_fn(logits)
 
     def _forward_micro_batch(
-        self, micro_batch: dict, temperature: float, calculate_entropy: bool = False
+        self, micro_batch: dict, temperature: float, calculate_entropy: bool = False, entropy_grad: bool = True
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Per-token entropy (or None) and log-probs of ``responses``, both ``(b, response_length)``.
 
@@ -104,7 +107,7 @@ class DataParallelPPOActor(BasePPOActor):
                 log_probs = unpack_to_padded(verl_F.logprobs_from_logits(logits, labels), valid)
                 log_probs = log_probs[:, -response_length - 1 : -1]
                 if calculate_entropy:
-                    entropy = unpack_to_padded(self._entropy(logits), valid)[:, -response_length - 1 : -1]
+                    entropy = unpack_to_padded(self._entropy(logits, entropy_grad), valid)[:, -response_length - 1 : -1]
             else:
                 output = self.actor_module(
                     input_ids=input_ids,
@@ -118,7 +121,7 @@ class DataParallelPPOActor(BasePPOActor):
                 logits = logits[:, -response_length - 1 : -1, :]  # the positions that predict each response token
                 log_probs = verl_F.logprobs_from_logits(logits, responses)
                 if calculate_entropy:
-                    entropy = self._entropy(logits)
+                    entropy = self._entropy(logits, entropy_grad)
         return entropy, log_probs
 
     def _optimizer_step(self) -> torch.Tensor:
@@ -164,6 +167,11 @@ class DataParallelPPOActor(BasePPOActor):
         batch: ``responses, input_ids, attention_mask, position_ids, old_log_probs, advantages`` (+ ``ref_log_prob``
         with ``use_kl_loss``, + ``loss_mask`` when ``meta_info["multi_turn"]``). meta_info: ``temperature``
         (required: KeyError otherwise, so a log-prob/update temperature mismatch cannot pass silently).
+
+        Without ``old_log_probs`` the update is *on-policy*: one epoch over one mini batch, so the policy that
+        sampled is the one being updated, and the old log-probs are this forward's own, detached (the ratio is 1,
+        the gradient that of ``-A * log_prob``). That saves the separate log-prob pass; ``actor/entropy`` is then
+        measured here.
         """
         if self.actor_optimizer is None:
             raise RuntimeError("update_policy needs an optimizer: this actor was built as a reference policy")
@@ -172,7 +180,15 @@ class DataParallelPPOActor(BasePPOActor):
         temperature = data.meta_info["temperature"]
         multi_turn = data.meta_info.get("multi_turn", False)
         use_kl_loss = cfg.use_kl_loss
-        select_keys = ["responses", "input_ids", "attention_mask", "position_ids", "old_log_probs", "advantages"]
+        on_policy = "old_log_probs" not in data.batch.keys()
+        if on_policy and (cfg.ppo_epochs != 1 or len(data) > cfg.ppo_mini_batch_size):
+            raise ValueError(
+                f"the batch has no old_log_probs, which is only valid for one on-policy update: ppo_epochs="
+                f"{cfg.ppo_epochs} (expected 1), {len(data)} samples for a mini batch of {cfg.ppo_mini_batch_size}"
+            )
+        select_keys = ["responses", "input_ids", "attention_mask", "position_ids", "advantages"]
+        if not on_policy:
+            select_keys.append("old_log_probs")
         if multi_turn:
             select_keys.append("loss_mask")
         if use_kl_loss:
@@ -205,10 +221,13 @@ class DataParallelPPOActor(BasePPOActor):
                         response_mask = micro_batch["loss_mask"][:, -response_length:]
                     else:
                         response_mask = micro_batch["attention_mask"][:, -response_length:]
-                    old_log_prob = micro_batch["old_log_probs"]
                     advantages = micro_batch["advantages"]
                     calculate_entropy = entropy_coeff != 0
-                    entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
+                    # on-policy: the entropy metric the skipped log-prob pass would have given comes from here
+                    entropy, log_prob = self._forward_micro_batch(
+                        micro_batch, temperature, calculate_entropy or on_policy, entropy_grad=calculate_entropy
+                    )
+                    old_log_prob = log_prob.detach() if on_policy else micro_batch["old_log_probs"]
 
                     if loss_mode == "vanilla":
                         pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = compute_policy_loss(
@@ -238,6 +257,9 @@ class DataParallelPPOActor(BasePPOActor):
                         entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
                         policy_loss = policy_loss - entropy_coeff * entropy_loss
                         step_metrics["actor/entropy"] = to_float(entropy_loss)
+                    elif on_policy:
+                        entropy_metric = agg_loss(entropy, response_mask, loss_agg_mode)
+                        step_metrics["actor/entropy"] = to_float(entropy_metric)
                     if use_kl_loss:
                         kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], cfg.kl_loss_type)
                         kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
