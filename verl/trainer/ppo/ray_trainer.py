@@ -180,6 +180,10 @@ class RayPPOTrainer:
         self.use_critic = estimator == AdvantageEstimator.GAE  # every other registered estimator is critic-free
         self._validate_config()
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+        rollout = cfg.actor_rollout_ref.rollout
+        if rollout.kv_cache_sequences is None:
+            prompts_per_rank = -(-cfg.data.generation_batch_size // cfg.trainer.world_size)
+            rollout.kv_cache_sequences = prompts_per_rank * rollout.n
         self.checkpointer = TrainerCheckpointer(cfg.trainer)
         self.validator = Validator(cfg, tokenizer, self.val_dataloader, val_reward_fn)
 

@@ -55,6 +55,7 @@ class RolloutConfig(BaseConfig):
         "micro_batch_size",
         "cpu_num_threads",
         "logprobs_mode",
+        "kv_cache_sequences",
     )
 
     name: str = "hf"
@@ -100,6 +101,9 @@ class RolloutConfig(BaseConfig):
     cpu_num_threads: int | None = None
     # hidden: which log-probs vLLM returns (processed_logprobs: after temperature / top-k / top-p)
     logprobs_mode: str = "processed_logprobs"
+    # hidden (ours): sequences a CPU engine's KV cache holds at once (null: max_num_seqs); the trainer sets it to
+    # one training generate call on a rank, prompts * n / workers, so the cache is sized by the batch
+    kv_cache_sequences: int | None = None
 
     @property
     def effective_max_model_len(self) -> int:

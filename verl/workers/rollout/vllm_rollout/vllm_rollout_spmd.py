@@ -21,6 +21,7 @@ from vllm import LLM, SamplingParams
 from verl.protocol import DataProto
 from verl.utils.device import is_accelerator_available
 from verl.utils.torch_functional import pad_2d_list_to_length
+from verl.utils.vllm_cpu import cpu_kv_cache_bytes, cpu_rollout_dtype
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 from verl.workers.rollout.hf_rollout import build_rollout_output
@@ -33,7 +34,6 @@ _SAMPLING_FIELDS = frozenset(getattr(SamplingParams, "__struct_fields__", ()) or
 # Rollout keys that name SamplingParams fields but must not be forwarded: ``seed`` is the engine seed (a per-request
 # seed would give every prompt, and every one of its n samples, the same random stream); the rest we set ourselves.
 _NOT_FORWARDED = frozenset({"seed", "logprobs", "max_tokens", "detokenize", "stop_token_ids"})
-_DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 
 
 def _pre_process_inputs(pad_token_id: int, prompt_token_ids: torch.Tensor) -> list[int]:
@@ -61,33 +61,6 @@ def _has_rope_scaling(model_hf_config) -> bool:
         return False
     kind = rope.get("rope_type", rope.get("type")) if hasattr(rope, "get") else None
     return kind not in (None, "default")
-
-
-def cpu_kv_cache_bytes(
-    model_hf_config, dtype: str, max_model_len: int, max_num_seqs: int, memory_fraction: float
-) -> int:
-    """Bytes of KV cache for the CPU engine: enough for ``max_num_seqs`` full sequences, at most
-    ``memory_fraction`` of the host's available memory, and never less than one full sequence.
-
-    vLLM's own CPU default sizes the cache from the whole NUMA node (and refuses to start on a shared machine).
-    """
-    cfg = getattr(model_hf_config, "text_config", None) or model_hf_config
-    num_heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // num_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or num_heads
-    itemsize = _DTYPE_BYTES.get(str(dtype).lower().removeprefix("torch."), 4)
-    per_token = 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize
-    block = 128  # the CPU backend's block size; keep room for partially filled blocks of every sequence
-    need = per_token * (max_model_len + block) * max(1, max_num_seqs)
-    floor = per_token * (max_model_len + 2 * block)
-    try:
-        import psutil
-
-        budget = int(memory_fraction * psutil.virtual_memory().available)
-    except ImportError:  # psutil comes with vllm; be safe anyway
-        budget = need
-    mib = 1 << 20
-    return -(-max(min(need, budget), floor) // mib) * mib
 
 
 def _supported_engine_kwargs(engine_kwargs: dict) -> dict:
@@ -171,7 +144,7 @@ class vLLMRollout(BaseRollout):
                 "when enable_chunked_prefill is on; raise max_num_batched_tokens or turn chunked prefill off"
             )
         max_num_seqs = config.max_num_seqs
-        dtype = config.dtype
+        dtype = config.dtype if on_accelerator else cpu_rollout_dtype(config.dtype)
         load_format = config.load_format
         gpu_memory_utilization = config.gpu_memory_utilization
 
@@ -198,8 +171,12 @@ class vLLMRollout(BaseRollout):
             backend = "uni"
             platform_kwargs = {}
             if "kv_cache_memory_bytes" not in engine_kwargs and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                # one generate call's sequences, not max_num_seqs (1024) of them: the engines of every rank on this
+                # host share gpu_memory_utilization of its available memory with the training processes
+                num_seqs = min(max_num_seqs, config.kv_cache_sequences or max_num_seqs)
+                engines_on_host = max(1, int(os.environ.get("LOCAL_WORLD_SIZE") or 1) // tp_size)
                 platform_kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(
-                    model_hf_config, dtype, max_model_len, max_num_seqs, gpu_memory_utilization
+                    model_hf_config, dtype, max_model_len, num_seqs, gpu_memory_utilization, engines_on_host
                 )
             self._pin_cpu_threads(config.cpu_num_threads)
 
