@@ -58,3 +58,19 @@ def test_static_and_dynamic_micro_batches_restore_order():
     assert torch.equal(mb.restore_order(joined, parts), ids)
     with pytest.raises(ValueError, match="micro_batch_size=0"):
         mb.make_micro_batches(data, ["input_ids"], 0, use_dynamic_bsz=False)
+
+
+def test_trim_padding_columns_keeps_every_used_column_and_the_prompt_edge():
+    # prompt width 4, response width 3; column 0 and the last response column hold padding in every row
+    mask = torch.tensor([[0, 1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 0]])
+    ids = torch.arange(14).view(2, 7) * mask
+    pos = compute_position_id_with_mask(mask)
+    t_ids, t_mask, t_pos, kept = mb.trim_padding_columns(ids, mask, pos, response_length=3)
+    assert kept == 2 and torch.equal(t_mask, mask[:, 1:6]) and torch.equal(t_ids, ids[:, 1:6])
+    assert torch.equal(t_pos, pos[:, 1:6])  # positions are kept, not renumbered
+    # a response column used by one row stays; the prompt's last column always stays (it predicts token 0)
+    empty_responses = torch.tensor([[0, 0, 1, 1, 0, 0, 0]])
+    _, t_mask, _, kept = mb.trim_padding_columns(empty_responses, empty_responses, empty_responses, 3)
+    assert kept == 0 and t_mask.shape[-1] == 2
+    mrope = pos.unsqueeze(1).expand(2, 3, 7)  # (b, 3, L) rope index of vision-language models
+    assert mb.trim_padding_columns(ids, mask, mrope, 3)[2].shape == (2, 3, 5)

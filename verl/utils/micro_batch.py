@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - depends on the installed transformers
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "trim_padding_columns",
     "append_metrics",
     "autocast_context",
     "compute_device",
@@ -111,6 +112,28 @@ def merge_multi_modal_inputs(micro_batch: dict) -> dict:
     for key in rows[0].keys():
         merged[key] = torch.cat([row[key] for row in rows], dim=0)
     return merged
+
+
+def trim_padding_columns(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, response_length: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Drop the columns that are padding in every row: leading ones (left-padded prompts) and trailing ones
+    (right-padded responses). Exact: such columns are masked out of attention and of every loss, and positions are
+    kept. Returns the trimmed ``input_ids``, ``attention_mask``, ``position_ids`` ((b, L') or (b, 3, L')) and how
+    many response columns remain (the first ones; the cut ones hold no token of any row).
+
+    A micro batch padded to ``max_prompt_length + max_response_length`` is often much wider than its longest
+    sequence; the forward (and backward) cost falls with the width.
+    """
+    prompt_length = attention_mask.shape[-1] - response_length
+    used = attention_mask.any(dim=0).nonzero()
+    if used.numel() == 0:
+        return input_ids, attention_mask, position_ids, response_length
+    # keep the prompt's last column: its logit predicts the first response token
+    start = min(int(used[0]), prompt_length - 1)
+    end = max(int(used[-1]) + 1, prompt_length)
+    kept = end - prompt_length
+    return input_ids[:, start:end], attention_mask[:, start:end], position_ids[..., start:end], kept
 
 
 def pack_padded_inputs(

@@ -278,3 +278,30 @@ def test_an_update_without_old_log_probs_is_refused_beyond_one_on_policy_pass():
     actor = DataParallelPPOActor(actor_config(ppo_mini_batch_size=3), model, torch.optim.SGD(model.parameters()))
     with pytest.raises(ValueError, match="mini batch of 3"):
         actor.update_policy(copy.deepcopy(data))
+
+
+def test_columns_of_padding_in_every_row_are_trimmed_without_changing_results():
+    """Prompts shorter than P and responses shorter than T in every row: the actor runs on the trimmed width, and
+    log-probs and entropies equal a forward over the full padded width."""
+    data = rollout_batch()
+    mask = data.batch["attention_mask"]
+    mask[:, :2] = 0  # every prompt at most P - 2 tokens
+    mask[:, -2:] = 0  # every response at most T - 2 tokens
+    data.batch["position_ids"] = compute_position_id_with_mask(mask)
+    model = tiny_lm()
+    log_probs, entropys = DataParallelPPOActor(actor_config(), model).compute_log_prob(
+        log_prob_meta(data, micro_batch_size=3), calculate_entropy=True
+    )
+    with torch.no_grad():
+        full = (
+            model(
+                input_ids=data.batch["input_ids"], attention_mask=mask, position_ids=data.batch["position_ids"]
+            ).logits[:, P - 1 : -1]
+            / TEMPERATURE
+        )
+    logp = F.log_softmax(full, dim=-1)
+    expected = logp.gather(-1, data.batch["responses"].unsqueeze(-1)).squeeze(-1)
+    m = response_mask(data)
+    torch.testing.assert_close(log_probs[m], expected[m], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropys[m], -(logp.exp() * logp).sum(-1)[m], rtol=1e-5, atol=1e-5)
+    assert (log_probs[:, -2:] == 0).all()  # the trimmed response columns hold no token of any row

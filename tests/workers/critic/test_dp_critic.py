@@ -134,3 +134,18 @@ def test_update_critic_with_remove_padding_matches_padded():
         deltas.append([a.detach() - b.detach() for a, b in zip(model.parameters(), tiny_critic().parameters())])
     for a, b in zip(*deltas):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_values_with_columns_of_padding_in_every_row_equal_the_full_width():
+    data = rollout_batch()
+    mask = data.batch["attention_mask"]
+    mask[:, :2] = 0
+    mask[:, -2:] = 0
+    data.batch["position_ids"] = compute_position_id_with_mask(mask)
+    model = tiny_critic()
+    values = DataParallelPPOCritic(critic_config(), model, None).compute_values(with_meta(data))
+    with torch.no_grad():
+        full = model(input_ids=data.batch["input_ids"], attention_mask=mask, position_ids=data.batch["position_ids"])
+    expected = full.logits[:, P - 1 : -1, 0]
+    m = mask[:, P:].bool()
+    torch.testing.assert_close(values[m], expected[m], rtol=1e-5, atol=1e-5)

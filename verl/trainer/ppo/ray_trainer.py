@@ -420,7 +420,10 @@ class RayPPOTrainer:
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
     def _update_actor(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        batch.meta_info["multi_turn"] = self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable
+        rollout = self.ppo_config.actor_rollout_ref.rollout
+        batch.meta_info["multi_turn"] = rollout.multi_turn.enable
+        # the temperature the responses were sampled at (the log-prob pass, when there is one, reports the same)
+        batch.meta_info["temperature"] = rollout.temperature
         output = pop_worker_timing(self.actor_rollout_wg.update_actor(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 

@@ -24,6 +24,7 @@ from verl.utils.micro_batch import (
     restore_order,
     to_device,
     to_float,
+    trim_padding_columns,
     unpack_to_padded,
 )
 from verl.workers.actor.base import BasePPOActor
@@ -32,6 +33,12 @@ from verl.workers.config import ActorConfig, RefConfig
 logger = logging.getLogger(__name__)
 
 __all__ = ["DataParallelPPOActor"]
+
+
+def _pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:
+    """Right-pad ``(b, kept)`` per-token values with zeros to ``(b, response_length)`` (the trimmed columns)."""
+    missing = response_length - values.shape[-1]
+    return values if missing == 0 else torch.nn.functional.pad(values, (0, missing))
 
 
 class DataParallelPPOActor(BasePPOActor):
@@ -109,6 +116,9 @@ class DataParallelPPOActor(BasePPOActor):
                 if calculate_entropy:
                     entropy = unpack_to_padded(self._entropy(logits, entropy_grad), valid)[:, -response_length - 1 : -1]
             else:
+                input_ids, attention_mask, position_ids, kept = trim_padding_columns(
+                    input_ids, attention_mask, position_ids, response_length
+                )
                 output = self.actor_module(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
@@ -118,10 +128,10 @@ class DataParallelPPOActor(BasePPOActor):
                 )
                 logits = output.logits
                 logits.div_(temperature)
-                logits = logits[:, -response_length - 1 : -1, :]  # the positions that predict each response token
-                log_probs = verl_F.logprobs_from_logits(logits, responses)
+                logits = logits[:, -kept - 1 : -1, :]  # the positions that predict each (kept) response token
+                log_probs = _pad_responses(verl_F.logprobs_from_logits(logits, responses[:, :kept]), response_length)
                 if calculate_entropy:
-                    entropy = self._entropy(logits, entropy_grad)
+                    entropy = _pad_responses(self._entropy(logits, entropy_grad), response_length)
         return entropy, log_probs
 
     def _optimizer_step(self) -> torch.Tensor:

@@ -24,6 +24,7 @@ from verl.utils.micro_batch import (
     restore_order,
     to_device,
     to_float,
+    trim_padding_columns,
     unpack_to_padded,
 )
 from verl.workers.config import CriticConfig
@@ -80,18 +81,22 @@ class DataParallelPPOCritic(BasePPOCritic):
                 output = self.critic_module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
                 values_rmpad = self._values_from_output(output).reshape(-1)  # (nnz,)
                 values = unpack_to_padded(values_rmpad, valid)
-            else:
-                output = self.critic_module(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    position_ids=position_ids,
-                    use_cache=False,
-                    **mm_kwargs,
-                )
-                values = self._values_from_output(output)
-                if values.dim() == 3:
-                    values = values.squeeze(-1)
-            return values[:, -response_length - 1 : -1]
+                return values[:, -response_length - 1 : -1]
+            input_ids, attention_mask, position_ids, kept = trim_padding_columns(
+                input_ids, attention_mask, position_ids, response_length
+            )
+            output = self.critic_module(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                **mm_kwargs,
+            )
+            values = self._values_from_output(output)
+            if values.dim() == 3:
+                values = values.squeeze(-1)
+            values = values[:, -kept - 1 : -1]
+            return torch.nn.functional.pad(values, (0, response_length - kept))
 
     def _optimizer_step(self) -> torch.Tensor:
         """Clip gradients to ``grad_clip`` and step the optimizer (skipped when the norm is not finite)."""
