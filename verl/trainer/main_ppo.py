@@ -45,12 +45,18 @@ def prepare_config(config) -> None:
 
 
 def ray_init_kwargs(config) -> dict:
-    """Arguments for ``ray.init``: enough logical CPUs on a CPU box for the task runner plus one per worker."""
-    num_cpus = config.ray_init.num_cpus
-    if num_cpus is None and config.trainer.device == "cpu":
-        workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
-        num_cpus = max(os.cpu_count() or 1, workers + 1)
-    return {"runtime_env": {"env_vars": dict(_RAY_ENV)}, "num_cpus": num_cpus}
+    """Arguments for ``ray.init``: enough logical CPUs on a CPU box for the task runner plus one per worker, and no
+    dashboard there unless asked for (memory is what a CPU box runs out of)."""
+    typed = PPOConfig.from_config(config)
+    on_cpu = typed.trainer.device == "cpu"
+    num_cpus = typed.ray_init.num_cpus
+    if num_cpus is None and on_cpu:
+        num_cpus = max(os.cpu_count() or 1, typed.trainer.world_size + 1)
+    kwargs = {"runtime_env": {"env_vars": dict(_RAY_ENV)}, "num_cpus": num_cpus}
+    include_dashboard = typed.ray_init.include_dashboard
+    if include_dashboard is not None or on_cpu:
+        kwargs["include_dashboard"] = bool(include_dashboard)
+    return kwargs
 
 
 def run_ppo(config) -> None:

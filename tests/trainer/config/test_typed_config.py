@@ -138,3 +138,13 @@ def test_workers_take_a_private_typed_copy():
     assert section.actor.ppo_mini_batch_size == 32 and copy is not section
     from_dict = _typed(_compose().actor_rollout_ref, ActorRolloutRefConfig)
     assert isinstance(from_dict, ActorRolloutRefConfig) and from_dict == section
+
+
+def test_ray_init_kwargs_skip_the_dashboard_on_cpu_unless_asked():
+    from verl.trainer.main_ppo import ray_init_kwargs
+
+    cpu = ray_init_kwargs(_compose(["trainer.device=cpu", "trainer.n_gpus_per_node=3"]))
+    assert cpu["include_dashboard"] is False and cpu["num_cpus"] >= 4
+    assert ray_init_kwargs(_compose(["trainer.device=cpu", "+ray_init.include_dashboard=True"]))["include_dashboard"]
+    gpu = ray_init_kwargs(_compose(["trainer.device=cuda"]))
+    assert "include_dashboard" not in gpu and gpu["num_cpus"] is None

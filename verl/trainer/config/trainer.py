@@ -85,5 +85,10 @@ class CustomRewardFunctionConfig(BaseConfig):
 class RayInitConfig(BaseConfig):
     """`ray_init`: arguments of `ray.init`."""
 
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("include_dashboard",)
+
     num_cpus: int | None = None
     timeline_json_file: str | None = None
+    # hidden (ours): start Ray's dashboard; null: not with trainer.device=cpu (its 11 processes take ~1.2 GB),
+    # Ray's default otherwise
+    include_dashboard: bool | None = None
