@@ -137,3 +137,34 @@ def test_disabled_reporter_writes_nothing(tmp_path):
     reporter.on_validation(0, {VAL_KEY: 1.0})
     reporter.on_step(1, {"x": 1.0})
     assert reporter.finish() == {} and not out.exists()
+
+
+def test_step_time_table_shares_phases_tokens_and_memory():
+    from verl.utils.run_report import step_time_table
+
+    def step(n, gen):
+        return (
+            n,
+            {
+                "timing_s/step": 10.0,
+                "timing_s/gen": gen,
+                "timing_s/generate_sequences": gen - 0.5,  # nested in gen: not counted again
+                "timing_s/update_actor": 6.0,
+                "timing_s/worker/update_actor": 5.5,
+                "perf/total_num_tokens": 2000,
+                "timing_per_token_ms/gen": 4.0,
+                "perf/peak_rss_gb/worker": 3.25,
+                "perf/peak_rss_gb/trainer": 0.5,
+            },
+        )
+
+    lines = step_time_table([step(1, 9.0), step(2, 3.0), step(3, 3.0)])  # step 1 (warm-up) is left out
+    text = "\n".join(lines)
+    assert "median of 2 steps" in text
+    assert "| gen | 3.000 | 30.0% |" in text and "| update_actor | 6.000 | 60.0% |" in text
+    assert "| other (controller, transfers) | 1.000 | 10.0% |" in text
+    assert "generate_sequences" not in text and "worker/" not in text
+    assert "Tokens per second (prompt + response, whole job): 200.0" in text
+    assert "Generated tokens per second during generation: 250.0" in text
+    assert "worker: 3.25 GB" in text and "trainer: 0.50 GB" in text
+    assert step_time_table([]) == []

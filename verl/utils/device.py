@@ -70,3 +70,12 @@ def get_dist_backend() -> str:
 def device_exists(device: str) -> bool:
     """Whether a requested device kind (cpu, cuda, npu) is usable in this process."""
     return {"cpu": True, "cuda": is_cuda_available, "npu": is_npu_available}.get(device, False)
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process so far, in GiB (host memory: what a CPU run runs out of)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**30 if sys.platform == "darwin" else 2**20)  # bytes on macOS, KiB on Linux

@@ -201,6 +201,7 @@ def write_report(
     if curve_file:
         lines += ["## Learning curves", "", f"![learning curves]({curve_file})", ""]
 
+    lines += step_time_table(train)
     if train:
         final_step, final = max(train, key=lambda e: e[0])
         headline = [k for k in _HEADLINE_KEYS if k in final]
@@ -214,6 +215,67 @@ def write_report(
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return text
+
+
+# the phases RayPPOTrainer times at the top level of a step, in order
+STEP_PHASES = (
+    "gen",
+    "gen_max",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "dump_rollout_generations",
+    "testing",
+    "save_checkpoint",
+)
+
+
+def step_time_table(train: list[tuple[int, dict]]) -> list[str]:
+    """Markdown lines: where the median step's time went (phases and their share), tokens per second and each
+    role's peak resident memory. The first step is left out when there are more (it includes warm-up)."""
+    steps = [m for _, m in sorted(train, key=lambda e: e[0]) if "timing_s/step" in m]
+    if len(steps) > 1:
+        steps = steps[1:]
+    if not steps:
+        return []
+
+    def median(key: str) -> float | None:
+        values = sorted(m[key] for m in steps if key in m)
+        return values[len(values) // 2] if values else None
+
+    step = median("timing_s/step")
+    # the trainer's top-level phases only: nested timers (a worker's own seconds, the weight hand-off inside gen)
+    # would be counted twice
+    phases = [f"timing_s/{name}" for name in STEP_PHASES if any(f"timing_s/{name}" in m for m in steps)]
+    lines = [f"## Where the step time went (median of {len(steps)} steps)", "", "| phase | seconds | share |"]
+    lines.append("|---|---|---|")
+    accounted = 0.0
+    for key in phases:
+        seconds = median(key)
+        if seconds is None or seconds < 1e-4:
+            continue
+        accounted += seconds
+        lines.append(f"| {key.removeprefix('timing_s/')} | {seconds:.3f} | {seconds / step:.1%} |")
+    other = step - accounted
+    if other > 0:
+        lines.append(f"| other (controller, transfers) | {other:.3f} | {other / step:.1%} |")
+    lines.append(f"| **step** | **{step:.3f}** | 100% |")
+    lines.append("")
+    tokens = median("perf/total_num_tokens")
+    if tokens:
+        lines.append(f"- Tokens per second (prompt + response, whole job): {tokens / step:.1f}")
+    gen_ms = median("timing_per_token_ms/gen")
+    if gen_ms:
+        lines.append(f"- Generated tokens per second during generation: {1000 / gen_ms:.1f}")
+    memory = sorted(k for k in steps[-1] if k.startswith("perf/peak_rss_gb/"))
+    for key in memory:
+        lines.append(f"- Peak resident memory, {key.removeprefix('perf/peak_rss_gb/')}: {steps[-1][key]:.2f} GB")
+    lines.append("")
+    return lines
 
 
 def load_history(path: str, up_to_step: int | None = None) -> list[dict]:
@@ -337,6 +399,9 @@ class RunReporter:
         if have_curve:
             paths["curve"] = curve_path
         report_path = os.path.join(self.output_dir, REPORT_FILE)
+        table = step_time_table(_entries(r for r in self.history if r.get("kind", "train") == "train"))
+        if table:
+            print("\n".join(table), flush=True)
         write_report(
             self.history,
             report_path,

@@ -25,7 +25,7 @@ from verl.utils.batch_sizes import (
 )
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension, ProfilerConfig
-from verl.utils.device import get_device_id, get_device_name
+from verl.utils.device import get_device_id, get_device_name, peak_rss_gb
 from verl.utils.fsdp_utils import (
     load_fsdp_model_to_gpu,
     load_fsdp_optimizer,
@@ -358,6 +358,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 * self.config.actor.ppo_epochs
             )
             metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
+            metrics["perf/peak_rss_gb/worker"] = peak_rss_gb()
             self.actor_lr_scheduler.step()
         return DataProto(meta_info={"metrics": metrics})
 

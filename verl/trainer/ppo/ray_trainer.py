@@ -33,6 +33,7 @@ from verl.trainer.ppo.resources import ResourcePoolManager, Role
 from verl.trainer.ppo.reward import PendingReward, compute_reward, submit_reward
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
 from verl.utils.debug import marked_timer
+from verl.utils.device import peak_rss_gb
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.torch_functional import masked_mean
 
@@ -523,6 +524,7 @@ class RayPPOTrainer:
         metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
         n_gpus = self.resource_pool_manager.get_n_gpus()
         metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
+        metrics["perf/peak_rss_gb/trainer"] = peak_rss_gb()
         return metrics
 
     def _maybe_validate(self, is_last_step: bool, timing_raw: dict) -> dict | None:
