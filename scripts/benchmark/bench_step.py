@@ -32,6 +32,10 @@ class TimedTrainer(RayPPOTrainer):
         self.step_timings.append(timing_raw)
         return super().train_step(batch, timing_raw)
 
+    def _step_metrics(self, batch, timing_raw):
+        self.last_metrics = super()._step_metrics(batch, timing_raw)
+        return self.last_metrics
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -85,7 +89,7 @@ def main():
     ]
     config = compose_config(overrides)
     prepare_config(config)
-    ray.init(**ray_init_kwargs(config), include_dashboard=False, log_to_driver=False)
+    ray.init(**ray_init_kwargs(config), log_to_driver=False)
     trainer = build_trainer(config)
     trainer.__class__ = TimedTrainer
     trainer.step_timings = []
@@ -107,6 +111,9 @@ def main():
     print(json.dumps({"figure": "workers_compute_s", "value": round(compute, 4)}))
     print(json.dumps({"figure": "controller_overhead_s", "value": round(overhead, 4)}))
     print(json.dumps({"figure": "controller_overhead_fraction", "value": round(overhead / step, 4), "target": 0.10}))
+    for key, value in sorted(trainer.last_metrics.items()):
+        if key.startswith("perf/peak_rss_gb/"):
+            print(json.dumps({"figure": f"peak_rss_gb_{key.rsplit('/', 1)[-1]}", "value": round(value, 3)}))
     ray.shutdown()
 
 
