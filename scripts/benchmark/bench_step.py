@@ -30,11 +30,13 @@ class TimedTrainer(RayPPOTrainer):
 
     def train_step(self, batch, timing_raw):
         self.step_timings.append(timing_raw)
-        return super().train_step(batch, timing_raw)
+        batch, self.last_metrics = super().train_step(batch, timing_raw)
+        return batch, self.last_metrics
 
     def _step_metrics(self, batch, timing_raw):
-        self.last_metrics = super()._step_metrics(batch, timing_raw)
-        return self.last_metrics
+        step_metrics = super()._step_metrics(batch, timing_raw)
+        self.last_metrics.update(step_metrics)
+        return step_metrics
 
 
 def main():
