@@ -30,6 +30,8 @@ EXTRAS = {
     "swanlab": ["swanlab"],
     "trackers": ["tensorboard", "wandb", "mlflow", "swanlab"],
     "plot": ["matplotlib"],
+    # scripts/benchmark/bench_vs_trl.py: TRL's GRPOTrainer on the same work
+    "bench": ["trl>=1.16"],
 }
 
 setup(
