@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - depends on the installed transformers
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "padded_forward",
     "trim_padding_columns",
     "append_metrics",
     "autocast_context",
@@ -134,6 +135,25 @@ def trim_padding_columns(
     end = max(int(used[-1]) + 1, prompt_length)
     kept = end - prompt_length
     return input_ids[:, start:end], attention_mask[:, start:end], position_ids[..., start:end], kept
+
+
+def padded_forward(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+    **model_kwargs,
+):
+    """``module``'s output over the padded batch with the all-padding columns trimmed (:func:`trim_padding_columns`),
+    and how many response columns it covers: the last ``kept + 1`` positions predict the kept response tokens."""
+    input_ids, attention_mask, position_ids, kept = trim_padding_columns(
+        input_ids, attention_mask, position_ids, response_length
+    )
+    output = module(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **model_kwargs
+    )
+    return output, kept
 
 
 def pack_padded_inputs(

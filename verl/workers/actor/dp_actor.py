@@ -21,10 +21,10 @@ from verl.utils.micro_batch import (
     optimizer_step,
     pack_padded_inputs,
     packed_forward_kwargs,
+    padded_forward,
     restore_order,
     to_device,
     to_float,
-    trim_padding_columns,
     unpack_to_padded,
 )
 from verl.workers.actor.base import BasePPOActor
@@ -116,15 +116,8 @@ class DataParallelPPOActor(BasePPOActor):
                 if calculate_entropy:
                     entropy = unpack_to_padded(self._entropy(logits, entropy_grad), valid)[:, -response_length - 1 : -1]
             else:
-                input_ids, attention_mask, position_ids, kept = trim_padding_columns(
-                    input_ids, attention_mask, position_ids, response_length
-                )
-                output = self.actor_module(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    position_ids=position_ids,
-                    use_cache=False,
-                    **mm_kwargs,
+                output, kept = padded_forward(
+                    self.actor_module, input_ids, attention_mask, position_ids, response_length, **mm_kwargs
                 )
                 logits = output.logits
                 logits.div_(temperature)

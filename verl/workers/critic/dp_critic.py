@@ -21,10 +21,10 @@ from verl.utils.micro_batch import (
     optimizer_step,
     pack_padded_inputs,
     packed_forward_kwargs,
+    padded_forward,
     restore_order,
     to_device,
     to_float,
-    trim_padding_columns,
     unpack_to_padded,
 )
 from verl.workers.config import CriticConfig
@@ -82,15 +82,8 @@ class DataParallelPPOCritic(BasePPOCritic):
                 values_rmpad = self._values_from_output(output).reshape(-1)  # (nnz,)
                 values = unpack_to_padded(values_rmpad, valid)
                 return values[:, -response_length - 1 : -1]
-            input_ids, attention_mask, position_ids, kept = trim_padding_columns(
-                input_ids, attention_mask, position_ids, response_length
-            )
-            output = self.critic_module(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                use_cache=False,
-                **mm_kwargs,
+            output, kept = padded_forward(
+                self.critic_module, input_ids, attention_mask, position_ids, response_length, **mm_kwargs
             )
             values = self._values_from_output(output)
             if values.dim() == 3:
