@@ -54,10 +54,9 @@ def use_cpu_share() -> None:
     thread count when they start, so this runs before anything is built.
     """
     threads = cpu_share(int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
-    if threads != torch.get_num_threads():
-        torch.set_num_threads(threads)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-        logger.info("using %d CPU threads in this worker", threads)
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # for the processes and libraries that read it later
+    logger.info("using %d CPU threads in this worker", threads)
 
 
 def create_device_mesh(world_size: int, fsdp_size: int):
