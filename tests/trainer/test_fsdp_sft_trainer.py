@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
+from verl.trainer.config.sft import SFTConfig
 from verl.trainer.fsdp_sft_trainer import (
     create_sft_dataset,
     extract_step,
@@ -79,12 +80,25 @@ def _config(workdir, **overrides):
         ({"data.chat_template": "x"}, 1, ValueError, "data.chat_template"),
         ({"data.train_files": "/nonexistent/train.parquet"}, 1, FileNotFoundError, "data.train_files"),
         ({"data.val_files": "/nonexistent/val.parquet"}, 1, FileNotFoundError, "data.val_files"),
+        ({"data.truncation": "middle"}, 1, ValueError, "data.truncation='middle'"),
+        ({"model.lora_rank": -2}, 1, ValueError, "model.lora_rank=-2"),
+        ({"trainer.total_epochs": 0}, 1, ValueError, "trainer.total_epochs=0"),
+        ({"data.max_length": "long"}, 1, TypeError, "data.max_length='long'"),
     ],
 )
 def test_validate_sft_config_names_the_bad_key(workdir, overrides, world, error, pattern):
     validate_sft_config(_config(workdir), world)  # the base config is valid
     with pytest.raises(error, match=re.escape(pattern)):
         validate_sft_config(_config(workdir, **overrides), world)
+
+
+def test_validate_sft_config_returns_the_typed_config(workdir):
+    cfg = _config(workdir)
+    cfg.model.my_flag = 1  # a `+model.my_flag=1` override: kept as an extra key
+    typed = validate_sft_config(cfg, 2)
+    assert isinstance(typed, SFTConfig) and typed.model.my_flag == 1
+    assert typed.data.train_batch_size == 8 and typed.optim.betas == [0.9, 0.95]
+    assert validate_sft_config(typed, 2) is typed  # already typed: not built again
 
 
 def test_run_sft_rejects_missing_data_before_loading_the_model(workdir, monkeypatch):
@@ -189,13 +203,13 @@ def test_torchrun_two_ranks_loss_falls_and_checkpoint_loads(workdir, tmp_path):
 # ------------------------------------------------------------------------------------------------------------
 # 2-rank equivalences and LoRA (one spawn)
 # ------------------------------------------------------------------------------------------------------------
-def _build_trainer(workdir, dp: int, sp: int, **overrides):
+def _build_trainer(workdir, dp: int, sp: int, config=None, **overrides):
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import AutoTokenizer
 
     from verl.trainer.fsdp_sft_trainer import FSDPSFTTrainer
 
-    cfg = _config(workdir, ulysses_sequence_parallel_size=sp, **overrides)
+    cfg = config if config is not None else _config(workdir, ulysses_sequence_parallel_size=sp, **overrides)
     tokenizer = AutoTokenizer.from_pretrained(str(workdir / "model"))
     train = create_sft_dataset(cfg.data.train_files, cfg.data, tokenizer)
     val = create_sft_dataset(cfg.data.val_files, cfg.data, tokenizer)
@@ -237,7 +251,11 @@ def _worker(rank: int, port: int, workdir, out_path: str):
         batch = _fixed_batch(workdir)  # the same rows on both ranks
         out = {}
         out["padded"] = _loss_and_grads(_build_trainer(workdir, dp=2, sp=1), batch)
-        out["rmpad"] = _loss_and_grads(_build_trainer(workdir, dp=2, sp=1, use_remove_padding=True), batch)
+        given = SFTConfig.from_config(_config(workdir, use_remove_padding=True))
+        rmpad = _build_trainer(workdir, dp=2, sp=1, config=given)
+        out["rmpad"] = _loss_and_grads(rmpad, batch)
+        rows = len(next(iter(rmpad.train_dataloader))["input_ids"])
+        out["rmpad_bsz"] = (given.data.train_batch_size, rmpad.config.data.train_batch_size, rows)
         sp_trainer = _build_trainer(
             workdir, dp=1, sp=2, use_remove_padding=True, **{"model.enable_gradient_checkpointing": True}
         )
@@ -304,6 +322,9 @@ def test_two_ranks_padded_rmpad_sp2_equal_and_lora_trains(workdir, tmp_path):
         assert loss == pytest.approx(ref_loss, rel=1e-5), mode
         for name, grad in ref_grads.items():
             torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=f"{mode}: {name}")
+
+    # an SFTConfig passed in is not changed: the trainer's copy holds the per-rank batch size (8 / dp 2)
+    assert got["rmpad_bsz"] == (8, 4, 4)
 
     before, after = got["lora_val"]
     assert after < before

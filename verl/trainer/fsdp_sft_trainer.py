@@ -11,6 +11,7 @@ Next-token cross-entropy on the positions the dataset's ``loss_mask`` marks, wit
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -22,9 +23,10 @@ import hydra
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader, DistributedSampler
 
+from verl.trainer.config.sft import SFTConfig, SFTDataConfig
 from verl.utils.device import get_device_name, get_dist_backend, get_torch_device, is_accelerator_available
 from verl.utils.fsdp_utils import clip_grad_norm_, get_fsdp_full_state_dict, wrap_model_for_training
 from verl.utils.micro_batch import autocast_context, compute_device, pack_padded_inputs, packed_forward_kwargs
@@ -40,10 +42,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["FSDPSFTTrainer", "create_sft_dataset", "extract_step", "main", "run_sft", "validate_sft_config"]
 
-_STRATEGIES = ("fsdp", "fsdp2")
-_SCHEDULERS = ("cosine", "wsd")
-_TRUNCATIONS = ("error", "left", "right")
-
 
 def extract_step(path: str) -> int | None:
     """The N of a ``.../global_step_N`` checkpoint path (None when the path has none)."""
@@ -51,72 +49,31 @@ def extract_step(path: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return list(value)
+def validate_sft_config(config: DictConfig | SFTConfig, world_size: int) -> SFTConfig:
+    """The typed config, checked before anything heavy happens; errors name the key, the value and what is expected.
 
-
-def validate_sft_config(config: DictConfig, world_size: int) -> None:
-    """Check the SFT config before anything heavy happens; errors name the key, the value and what is expected."""
-    strategy = config.model.get("strategy", "fsdp2")
-    if strategy not in _STRATEGIES:
-        raise ValueError(f"model.strategy={strategy!r} is not supported; expected one of {_STRATEGIES}")
-    if config.data.get("chat_template", None) is not None:
-        raise ValueError("data.chat_template is not supported; leave it null and use the tokenizer's chat template")
-    scheduler = config.optim.get("lr_scheduler", "cosine")
-    if scheduler not in _SCHEDULERS:
-        raise ValueError(f"optim.lr_scheduler={scheduler!r} is not supported; expected one of {_SCHEDULERS}")
-    truncation = config.data.get("truncation", "error")
-    if truncation not in _TRUNCATIONS:
-        raise ValueError(f"data.truncation={truncation!r} is not supported; expected one of {_TRUNCATIONS}")
-    sp = int(config.get("ulysses_sequence_parallel_size", 1))
-    if sp < 1 or world_size % sp != 0:
-        raise ValueError(
-            f"ulysses_sequence_parallel_size={sp} must be a positive divisor of the world size {world_size}"
-        )
-    if sp > 1 and not config.get("use_remove_padding", False):
-        raise ValueError(f"ulysses_sequence_parallel_size={sp} needs use_remove_padding=True (packed sequences)")
-    dp = world_size // sp
-    batch, micro = int(config.data.train_batch_size), config.data.get("micro_batch_size_per_gpu", None)
-    if micro is None or int(micro) <= 0:
-        raise ValueError(f"data.micro_batch_size_per_gpu={micro!r} must be a positive integer")
-    if batch <= 0 or batch % dp != 0:
-        raise ValueError(
-            f"data.train_batch_size={batch} must be a positive multiple of the data-parallel size {dp} "
-            f"(world size {world_size} / ulysses_sequence_parallel_size {sp})"
-        )
-    if (batch // dp) % int(micro) != 0:
-        raise ValueError(
-            f"data.train_batch_size={batch} / dp={dp} = {batch // dp} samples per rank is not divisible by "
-            f"data.micro_batch_size_per_gpu={micro}"
-        )
-    epochs, steps = config.trainer.get("total_epochs", 1), config.trainer.get("total_training_steps", None)
-    if (epochs is None or int(epochs) < 1) and steps is None:
-        raise ValueError(f"trainer.total_epochs={epochs!r} must be >= 1 (or set trainer.total_training_steps)")
-    if config.model.get("lora_rank", 0) and int(config.model.lora_rank) < 0:
-        raise ValueError(f"model.lora_rank={config.model.lora_rank} must be >= 0")
-    for key in ("train_files", "val_files"):
-        files = _as_list(config.data.get(key, None))
-        if key == "train_files" and not files:
-            raise ValueError("data.train_files is empty; give one or more parquet files")
-        for path in files:
-            if not str(path).startswith("hdfs://") and not os.path.exists(os.path.expanduser(str(path))):
-                raise FileNotFoundError(f"data.{key}: {path!r} does not exist")
+    Building the `SFTConfig` checks each section's values (types, strategy, scheduler, truncation, ...);
+    `SFTConfig.check` adds the parallel layout, batch divisibility and data files for ``world_size`` ranks.
+    """
+    typed = SFTConfig.from_config(config)
+    typed.check(world_size)
+    return typed
 
 
 def create_sft_dataset(data_paths, data_config, tokenizer):
-    """The SFT dataset for ``data_paths``: ``data.custom_cls`` if set, else multi-turn or single-turn."""
+    """The SFT dataset for ``data_paths``: ``data.custom_cls`` if set, else multi-turn or single-turn.
+
+    The dataset class gets ``data_config`` as given (verl's custom classes read it like a mapping).
+    """
+    from verl.utils.config import omega_conf_to_dataclass
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
     from verl.utils.dataset.sft_dataset import SFTDataset
     from verl.utils.import_utils import load_extern_type
 
-    custom = data_config.get("custom_cls", None) or {}
-    if custom.get("path", None):
-        dataset_cls = load_extern_type(custom["path"], custom.get("name", None))
-    elif (data_config.get("multiturn", None) or {}).get("enable", False):
+    data = omega_conf_to_dataclass(data_config, SFTDataConfig, allow_extra=True, path="data")
+    if data.custom_cls.path:
+        dataset_cls = load_extern_type(data.custom_cls.path, data.custom_cls.name)
+    elif data.multiturn.enable:
         dataset_cls = MultiTurnSFTDataset
     else:
         dataset_cls = SFTDataset
@@ -172,24 +129,27 @@ class FSDPSFTTrainer:
     """SFT over an FSDP-sharded causal LM; ``fit()`` trains, validates and saves checkpoints.
 
     device_mesh: 1-D ``("fsdp",)`` over all ranks (sharding); ulysses_device_mesh: ``("dp", "sp")``, the ranks of
-    one ``sp`` row see the same samples and split each packed sequence between them.
+    one ``sp`` row see the same samples and split each packed sequence between them. ``config`` (the composed
+    ``sft_trainer`` config or an `SFTConfig`) is kept as ``self.config``, a private typed copy whose
+    ``data.train_batch_size`` becomes per data-parallel rank.
     """
 
-    def __init__(self, config: DictConfig, device_mesh, ulysses_device_mesh, tokenizer, train_dataset, val_dataset):
-        self.config = config
+    def __init__(
+        self, config: DictConfig | SFTConfig, device_mesh, ulysses_device_mesh, tokenizer, train_dataset, val_dataset
+    ):
         self.device_mesh = device_mesh
         self.ulysses_device_mesh = ulysses_device_mesh
         self.tokenizer = tokenizer
         self.world_size = device_mesh.size()
-        validate_sft_config(config, self.world_size)
-        self.sp_size = int(config.get("ulysses_sequence_parallel_size", 1))
-        self.use_remove_padding = bool(config.get("use_remove_padding", False))
+        self.config: SFTConfig = copy.deepcopy(validate_sft_config(config, self.world_size))
+        self.sp_size = self.config.ulysses_sequence_parallel_size
+        self.use_remove_padding = self.config.use_remove_padding
         self.dp_size = ulysses_device_mesh.size(0)
         self.dp_rank = ulysses_device_mesh.get_local_rank("dp")
         self.sp_group = ulysses_device_mesh["sp"].get_group() if self.sp_size > 1 else None
         self.dp_group = ulysses_device_mesh["dp"].get_group() if self.dp_size > 1 else None
         self.device = compute_device()
-        self.is_lora = int(config.model.get("lora_rank", 0) or 0) > 0
+        self.is_lora = self.config.model.is_lora
         self._normalize_config_bsz()
         self._build_dataloader(train_dataset, val_dataset)
         self._build_model_optimizer()
@@ -200,13 +160,13 @@ class FSDPSFTTrainer:
     # -------------------------------------------------------------------------------------------------------
     def _normalize_config_bsz(self) -> None:
         """Make ``data.train_batch_size`` per data-parallel rank (validated to divide)."""
-        if self.config.data.get("micro_batch_size", None) is not None:
+        if self.config.data.micro_batch_size is not None:
             warnings.warn("data.micro_batch_size is deprecated and ignored; use data.micro_batch_size_per_gpu")
-        self.config.data.train_batch_size = int(self.config.data.train_batch_size) // self.dp_size
-        self.micro_batch_size = int(self.config.data.micro_batch_size_per_gpu)
+        self.config.data.train_batch_size //= self.dp_size
+        self.micro_batch_size = self.config.data.micro_batch_size_per_gpu
 
     def _build_dataloader(self, train_dataset, val_dataset) -> None:
-        seed = int(self.config.trainer.get("seed", 1))
+        seed = self.config.trainer.seed
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
         if len(train_dataset) < self.config.data.train_batch_size * self.dp_size:
             raise ValueError(
@@ -250,26 +210,27 @@ class FSDPSFTTrainer:
         from verl.workers.fsdp_setup import apply_lora, load_hf_model
 
         model_cfg = self.config.model
-        resume_path = self.config.trainer.get("resume_path", None)
+        resume_path = self.config.trainer.resume_path
         source = resume_path or model_cfg.partial_pretrain
-        local_path = copy_to_local(os.path.expanduser(source), verbose=True, use_shm=model_cfg.get("use_shm", False))
-        import_external_libs(model_cfg.get("external_lib", None))
-        trust_remote_code = bool(model_cfg.get("trust_remote_code", False))
+        local_path = copy_to_local(os.path.expanduser(source), verbose=True, use_shm=model_cfg.use_shm)
+        import_external_libs(model_cfg.external_lib)
+        trust_remote_code = model_cfg.trust_remote_code
         hf_config = AutoConfig.from_pretrained(local_path, trust_remote_code=trust_remote_code)
         # Sequences up to data.max_length must have rotary positions.
         hf_config.max_position_embeddings = max(
-            getattr(hf_config, "max_position_embeddings", 0) or 0, int(self.config.data.max_length)
+            getattr(hf_config, "max_position_embeddings", 0) or 0, self.config.data.max_length
         )
         if self.sp_size > 1:
             from verl.utils.ulysses import validate_ulysses_config
 
             validate_ulysses_config(hf_config.num_attention_heads, self.sp_size)
-        dtype = PrecisionType.to_dtype(model_cfg.fsdp_config.get("model_dtype", "fp32") or "fp32")
+        fsdp_cfg = model_cfg.fsdp_config
+        dtype = PrecisionType.to_dtype(fsdp_cfg.model_dtype or "fp32")
         model = load_hf_model(AutoModelForCausalLM, local_path, hf_config, dtype, trust_remote_code, self.device_mesh)
         self.hf_config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         apply_monkey_patch(model, ulysses_sp_size=self.sp_size, use_remove_padding=self.use_remove_padding)
-        if model_cfg.get("use_liger", False):
+        if model_cfg.use_liger:
             try:
                 from liger_kernel.transformers.monkey_patch import _apply_liger_kernel_to_instance
             except ImportError as e:
@@ -277,39 +238,38 @@ class FSDPSFTTrainer:
                     "model.use_liger=True needs the liger-kernel package (pip install liger-kernel)"
                 ) from e
             _apply_liger_kernel_to_instance(model=model)
-        if model_cfg.get("enable_gradient_checkpointing", False):
+        if model_cfg.enable_gradient_checkpointing:
             if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.is_lora:
             model = apply_lora(model, model_cfg)
-            self.lora_scaling = float(model_cfg.lora_alpha) / float(model_cfg.lora_rank)
+            self.lora_scaling = model_cfg.lora_alpha / model_cfg.lora_rank
             self.peft_config = model.peft_config["default"]
-        fsdp_cfg = model_cfg.fsdp_config
-        offload = bool(fsdp_cfg.get("cpu_offload", False) and fsdp_cfg.get("offload_params", False))
         self.fsdp_model = wrap_model_for_training(
             model,
-            strategy=model_cfg.get("strategy", "fsdp2"),
+            strategy=model_cfg.strategy,
             device_mesh=self.device_mesh,
-            fsdp_config={"wrap_policy": fsdp_cfg.get("wrap_policy", None)},
-            cpu_offload=offload,
+            fsdp_config={"wrap_policy": fsdp_cfg.wrap_policy},
+            cpu_offload=fsdp_cfg.offload,
             is_lora=self.is_lora,
         )
         optim = self.config.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in self.fsdp_model.parameters() if p.requires_grad],
             lr=optim.lr,
-            betas=tuple(optim.get("betas", (0.9, 0.95))),
-            weight_decay=optim.get("weight_decay", 0.01),
+            betas=tuple(optim.betas),
+            weight_decay=optim.weight_decay,
         )
         self.steps_per_epoch = len(self.train_dataloader)
-        total = self.steps_per_epoch * int(self.config.trainer.get("total_epochs", 1) or 1)
-        if self.config.trainer.get("total_training_steps", None) is not None:
-            total = int(self.config.trainer.total_training_steps)
+        trainer_cfg = self.config.trainer
+        total = trainer_cfg.total_training_steps
+        if total is None:  # total_epochs is then >= 1 (checked when the config was built)
+            total = self.steps_per_epoch * trainer_cfg.total_epochs
         self.total_steps = total
-        warmup = int(total * float(optim.get("warmup_steps_ratio", 0.0)))
-        if optim.get("lr_scheduler", "cosine") == "wsd":
+        warmup = int(total * optim.warmup_steps_ratio)
+        if optim.lr_scheduler == "wsd":
             self.lr_scheduler = get_wsd_schedule_with_warmup(self.optimizer, warmup, total)
         else:
             self.lr_scheduler = get_cosine_schedule_with_warmup(self.optimizer, warmup, total)
@@ -371,7 +331,7 @@ class FSDPSFTTrainer:
                 loss = (token_loss * weights_rmpad).sum()
             valid_tokens = loss_mask.sum()
             scale = 1.0
-            if self.config.data.get("balance_dp_token", False) and self.dp_size > 1:
+            if self.config.data.balance_dp_token and self.dp_size > 1:
                 dist.all_reduce(valid_tokens, group=self.dp_group)
                 scale = float(self.dp_size)
             loss = loss / (valid_tokens + 1e-8) * scale
@@ -394,7 +354,7 @@ class FSDPSFTTrainer:
         for start in starts:
             micro = {k: v[start : start + self.micro_batch_size] for k, v in batch.items()}
             step_loss += self._compute_loss_and_backward(micro, n_micro_batches=len(starts)).item() / len(starts)
-        grad_norm = clip_grad_norm_(self.fsdp_model, float(self.config.optim.clip_grad))
+        grad_norm = clip_grad_norm_(self.fsdp_model, self.config.optim.clip_grad)
         if not torch.isfinite(grad_norm):
             logger.warning("grad_norm is not finite (%s): skipping this step", grad_norm.item())
             self.optimizer.zero_grad()
@@ -445,7 +405,7 @@ class FSDPSFTTrainer:
                 skeleton.generation_config = self.generation_config
             skeleton.save_pretrained(path, state_dict=state)
             self.tokenizer.save_pretrained(path)
-            hdfs_dir = self.config.trainer.get("default_hdfs_dir", None)
+            hdfs_dir = self.config.trainer.default_hdfs_dir
             if hdfs_dir:
                 from verl.utils import hdfs_io
 
@@ -464,9 +424,9 @@ class FSDPSFTTrainer:
 
     def _rotate_checkpoints(self, path: str) -> None:
         self.saved_paths.append(path)
-        keep = self.config.trainer.get("max_ckpt_to_keep", None)
-        if keep is not None and int(keep) > 0:
-            while len(self.saved_paths) > int(keep):
+        keep = self.config.trainer.max_ckpt_to_keep
+        if keep is not None and keep > 0:
+            while len(self.saved_paths) > keep:
                 shutil.rmtree(self.saved_paths.pop(0), ignore_errors=True)
 
     # -------------------------------------------------------------------------------------------------------
@@ -483,10 +443,9 @@ class FSDPSFTTrainer:
                 project_name=self.config.trainer.project_name,
                 experiment_name=self.config.trainer.experiment_name,
                 default_backend=self.config.trainer.logger,
-                config=OmegaConf.to_container(self.config, resolve=True),
+                config=self.config.to_dict(),
             )
-        trainer_cfg = self.config.trainer
-        test_freq, save_freq = int(trainer_cfg.get("test_freq", -1)), int(trainer_cfg.get("save_freq", -1))
+        test_freq, save_freq = self.config.trainer.test_freq, self.config.trainer.save_freq
         global_step = self.start_step
         if global_step >= self.total_steps:
             return
@@ -529,7 +488,7 @@ def _init_process_group() -> tuple[int, int, int]:
     return local_rank, rank, world_size
 
 
-def run_sft(config: DictConfig) -> None:
+def run_sft(config: DictConfig | SFTConfig) -> None:
     """Set up the process group, meshes, tokenizer and datasets, then train (one call per torchrun process)."""
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -537,17 +496,17 @@ def run_sft(config: DictConfig) -> None:
     from verl.utils.tokenizer import hf_tokenizer
 
     world_size = int(os.environ.get("WORLD_SIZE", 1))
-    validate_sft_config(config, world_size)  # before any process group, model or data is touched
+    config = validate_sft_config(config, world_size)  # typed once, before any process group, model or data
     _, _, world_size = _init_process_group()
     device = get_device_name()
     device_mesh = init_device_mesh(device, mesh_shape=(world_size,), mesh_dim_names=("fsdp",))
-    sp = int(config.get("ulysses_sequence_parallel_size", 1))
+    sp = config.ulysses_sequence_parallel_size
     ulysses_device_mesh = init_device_mesh(device, mesh_shape=(world_size // sp, sp), mesh_dim_names=("dp", "sp"))
-    source = config.trainer.get("resume_path", None) or config.model.partial_pretrain
+    source = config.trainer.resume_path or config.model.partial_pretrain
     local_model_path = copy_to_local(os.path.expanduser(source), verbose=True)
-    tokenizer = hf_tokenizer(local_model_path, trust_remote_code=config.model.get("trust_remote_code", False))
+    tokenizer = hf_tokenizer(local_model_path, trust_remote_code=config.model.trust_remote_code)
     train_dataset = create_sft_dataset(config.data.train_files, config.data, tokenizer)
-    val_files = config.data.get("val_files", None)
+    val_files = config.data.val_files
     val_dataset = create_sft_dataset(val_files, config.data, tokenizer) if val_files else None
     trainer = FSDPSFTTrainer(
         config=config,
