@@ -196,6 +196,7 @@ def trl_child(args) -> None:
 # ------------------------------------------------------------------------------------------------ our side
 def our_overrides(args, model: str, work_dir: str) -> list[str]:
     per_worker = args.prompts * args.n // args.workers
+    micro = args.micro or per_worker
     return [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={args.train_file}",
@@ -206,13 +207,13 @@ def our_overrides(args, model: str, work_dir: str) -> list[str]:
         f"actor_rollout_ref.model.path={model}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={per_worker}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.actor.use_kl_loss=True",
         f"actor_rollout_ref.actor.kl_loss_coef={args.kl_coef}",
         f"actor_rollout_ref.rollout.name={args.rollout}",
         f"actor_rollout_ref.rollout.n={args.n}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={per_worker}",
-        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={per_worker}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         f"trainer.n_gpus_per_node={args.workers}",
         "trainer.device=cpu",
         f"trainer.total_training_steps={args.steps}",
@@ -268,6 +269,7 @@ def main(argv=None) -> int:
     parser.add_argument("--kl-coef", type=float, default=0.001)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--micro", type=int, default=None, help="samples per micro batch (default: all of a rank's)")
     parser.add_argument("--skip-trl", action="store_true", help="measure only our side")
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("extra", nargs="*", help="extra Hydra overrides for main_ppo")
