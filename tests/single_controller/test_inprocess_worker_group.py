@@ -64,3 +64,14 @@ def test_inprocess_colocated_spawn():
 def test_inprocess_rejects_bigger_pools():
     with pytest.raises(ValueError, match="exactly one worker"):
         InProcessWorkerGroup(RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(ray.remote(AddWorker)))
+
+
+def test_inprocess_and_ray_groups_share_a_backend_neutral_base():
+    """Neither group subclasses the other: both derive from HandleWorkerGroup, which holds what they share."""
+    from verl.single_controller.base import HandleWorkerGroup
+    from verl.single_controller.ray import RayWorkerGroup
+
+    assert not issubclass(InProcessWorkerGroup, RayWorkerGroup)
+    assert issubclass(InProcessWorkerGroup, HandleWorkerGroup) and issubclass(RayWorkerGroup, HandleWorkerGroup)
+    shared = ("spawn", "fuse", "execute_all_sync", "execute_rank_zero_sync", "world_size", "from_detached")
+    assert all(name not in vars(InProcessWorkerGroup) and name not in vars(RayWorkerGroup) for name in shared)

@@ -12,9 +12,9 @@ import inspect
 import os
 import threading
 
+from verl.single_controller.base.handle_group import HandleWorkerGroup, unwrap_actor_class
 from verl.single_controller.base.worker import WorkerHelper
 from verl.single_controller.base.worker_group import ResourcePool, make_group_method
-from verl.single_controller.ray.base import RayWorkerGroup, _unwrap_actor_class
 
 _WORKER_ENV_KEYS = ("WG_PREFIX", "WG_BACKEND", "RAY_LOCAL_RANK", "RAY_LOCAL_WORLD_SIZE")
 
@@ -59,8 +59,12 @@ def _set_single_process_env() -> None:
         os.environ["MASTER_PORT"] = str(WorkerHelper._get_free_port())
 
 
-class InProcessWorkerGroup(RayWorkerGroup):
-    """A world-size-1 worker group whose worker is a plain object in this process."""
+class InProcessWorkerGroup(HandleWorkerGroup):
+    """A world-size-1 worker group whose worker is a plain object in this process.
+
+    It takes the constructor arguments of ``RayWorkerGroup`` (the trainer passes either as ``ray_worker_group_cls``);
+    the Ray-only ones (placement, detached actors, the register-center timeout) mean nothing here and are ignored.
+    """
 
     def __init__(self, resource_pool: ResourcePool | None = None, ray_cls_with_init=None, **kwargs) -> None:
         if resource_pool is not None and resource_pool.world_size != 1:
@@ -68,8 +72,8 @@ class InProcessWorkerGroup(RayWorkerGroup):
                 f"InProcessWorkerGroup runs exactly one worker, but the resource pool asks for "
                 f"{resource_pool.world_size} ({resource_pool.store}); use RayWorkerGroup for more"
             )
-        kwargs.pop("bin_pack", None)
-        kwargs.pop("detached", None)
+        for ray_only in ("bin_pack", "detached", "ray_wait_register_center_timeout"):
+            kwargs.pop(ray_only, None)
         super().__init__(resource_pool=resource_pool, ray_cls_with_init=ray_cls_with_init, **kwargs)
 
     @staticmethod
@@ -78,7 +82,7 @@ class InProcessWorkerGroup(RayWorkerGroup):
 
     def _init_with_resource_pool(self, resource_pool, ray_cls_with_init, bin_pack, detached) -> None:
         _set_single_process_env()
-        user_cls = _unwrap_actor_class(ray_cls_with_init.cls)
+        user_cls = unwrap_actor_class(ray_cls_with_init.cls)
         worker = user_cls(*ray_cls_with_init.args, **ray_cls_with_init.kwargs)
         self._workers = [worker]
         self._worker_names = [f"{self.name_prefix}{user_cls.__name__}_0:0"]
@@ -101,8 +105,5 @@ class InProcessWorkerGroup(RayWorkerGroup):
             )
         return getattr(worker, method_name)(*args, **kwargs)
 
-    def execute_rank_zero_sync(self, method_name: str, *args, **kwargs):
-        return _resolve(self.execute_rank_zero_async(method_name, *args, **kwargs))
-
-    def execute_all_sync(self, method_name: str, *args, **kwargs):
-        return _resolve(self.execute_all_async(method_name, *args, **kwargs))
+    def _resolve(self, pending):
+        return _resolve(pending)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 import logging
 import os
-import random
-import string
 import time
 from typing import Any
 
@@ -15,8 +12,9 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker, WorkerGroup
+from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker
 from verl.single_controller.base.decorator import MAGIC_ATTR, Dispatch
+from verl.single_controller.base.handle_group import HandleWorkerGroup, random_name_prefix, unwrap_actor_class
 from verl.single_controller.base.worker_group import make_group_method
 
 __all__ = ["Worker"]
@@ -24,11 +22,6 @@ __all__ = ["Worker"]
 logger = logging.getLogger(__name__)
 
 FusedWorkerCLSName = "FusedWorker"
-
-
-def get_random_string(length: int) -> str:
-    letters_digits = string.ascii_letters + string.digits
-    return "".join(random.choice(letters_digits) for _ in range(length))
 
 
 def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
@@ -65,7 +58,7 @@ class RayResourcePool(ResourcePool):
     ) -> None:
         super().__init__(process_on_nodes, max_colocate_count)
         self.use_gpu = use_gpu
-        self.name_prefix = get_random_string(length=6) if name_prefix is None else name_prefix
+        self.name_prefix = random_name_prefix() if name_prefix is None else name_prefix
         self.pgs = None
         self.detached = detached
         self.accelerator_type = accelerator_type
@@ -144,11 +137,6 @@ def merge_resource_pool(rp1: RayResourcePool, rp2: RayResourcePool) -> RayResour
     return merged
 
 
-def _unwrap_actor_class(cls):
-    """The user's class behind a ``ray.remote`` actor class (or the class itself)."""
-    return getattr(cls, "__ray_actor_class__", cls)
-
-
 class RayClassWithInitArgs(ClassWithInitArgs):
     """A Ray actor class plus init args; builds the actor inside a given placement-group bundle."""
 
@@ -195,7 +183,7 @@ class RayClassWithInitArgs(ClassWithInitArgs):
         return self.cls.options(**options).remote(*self.args, **self.kwargs)
 
 
-class RayWorkerGroup(WorkerGroup):
+class RayWorkerGroup(HandleWorkerGroup):
     """A group of Ray actors running the same Worker class; registered methods become group methods."""
 
     def __init__(
@@ -211,29 +199,18 @@ class RayWorkerGroup(WorkerGroup):
         device_name: str = "cuda",
         **kwargs,
     ) -> None:
-        super().__init__(resource_pool=resource_pool, **kwargs)
-        self.ray_cls_with_init = ray_cls_with_init
-        self.name_prefix = get_random_string(length=6) if name_prefix is None else name_prefix
         self._ray_wait_register_center_timeout = ray_wait_register_center_timeout
-        self.fused_worker_used = ray_cls_with_init.fused_worker_used if ray_cls_with_init is not None else False
-        self.sub_cls_name = ""
-        self.device_name = device_name
-        self.profile_steps = kwargs.get("profile_steps", None)
-        self.worker_nsight_options = kwargs.get("worker_nsight_options", None)
-        if self.worker_nsight_options is not None and self.worker_nsight_options.get("capture-range-end") is None:
-            self.worker_nsight_options["capture-range-end"] = f"repeat-shutdown:{6 * len(self.profile_steps)}"
-
-        if worker_names is not None and not self._is_init_with_detached_workers:
-            raise AssertionError("worker_names can only be given when attaching to detached workers")
-        if self._is_init_with_detached_workers:
-            self._init_with_detached_workers(worker_names=worker_names, worker_handles=worker_handles)
-        else:
-            self._init_with_resource_pool(resource_pool, ray_cls_with_init, bin_pack, detached)
-
-        if ray_cls_with_init is not None:
-            self._bind_worker_method(_unwrap_actor_class(self.ray_cls_with_init.cls), self._func_generator)
-        self.wg_dict = None
-        self.method_names: list[str] = []
+        super().__init__(
+            resource_pool=resource_pool,
+            ray_cls_with_init=ray_cls_with_init,
+            bin_pack=bin_pack,
+            name_prefix=name_prefix,
+            detached=detached,
+            worker_names=worker_names,
+            worker_handles=worker_handles,
+            device_name=device_name,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------------------------------- construction
     @staticmethod
@@ -253,7 +230,7 @@ class RayWorkerGroup(WorkerGroup):
         self._world_size = len(self._workers)
 
     def _user_class_name(self, ray_cls_with_init) -> str:
-        return _unwrap_actor_class(ray_cls_with_init.cls).__name__
+        return unwrap_actor_class(ray_cls_with_init.cls).__name__
 
     def _init_with_resource_pool(self, resource_pool, ray_cls_with_init, bin_pack, detached) -> None:
         use_gpu = resource_pool.use_gpu
@@ -326,64 +303,6 @@ class RayWorkerGroup(WorkerGroup):
         info = ray.get(center.get_rank_zero_info.remote())
         return info["MASTER_ADDR"], info["MASTER_PORT"]
 
-    @classmethod
-    def from_detached(
-        cls, name_prefix=None, worker_names=None, worker_handles=None, ray_cls_with_init=None, **kwargs
-    ) -> RayWorkerGroup:
-        """Attach a group to running workers (by name or handle)."""
-        return cls(
-            resource_pool=None,
-            ray_cls_with_init=ray_cls_with_init,
-            name_prefix=name_prefix,
-            worker_names=worker_names,
-            worker_handles=worker_handles,
-            **kwargs,
-        )
-
-    # ---------------------------------------------------------------------------------------- colocated groups
-    def spawn(self, prefix_set) -> dict[str, RayWorkerGroup]:
-        """One group per role of a colocated worker, sharing this group's actors (``wg["critic"].update_critic``)."""
-        if self.fused_worker_used:
-            return self.spawn_fused(prefix_set)
-
-        new_groups = {}
-        for prefix in prefix_set:
-            group = self.from_detached(
-                name_prefix=self.name_prefix,
-                worker_names=self._worker_names,
-                worker_handles=self._workers,
-                ray_cls_with_init=self.ray_cls_with_init,
-                device_name=self.device_name,
-            )
-            group._master_addr, group._master_port = self._master_addr, self._master_port
-            role_prefix = f"{prefix}_"
-            for method_name in dir(group):
-                if method_name.startswith(role_prefix):
-                    setattr(group, method_name[len(role_prefix) :], getattr(group, method_name))
-            new_groups[prefix] = group
-        return new_groups
-
-    def spawn_fused(self, prefix_set) -> dict[str, RayWorkerGroup]:
-        """Sub-groups of a fused worker: each binds the methods of one role class."""
-        groups = {}
-        for key in prefix_set:
-            group = copy.copy(self)  # shallow: sub-groups share the same worker handles
-            raw_cls_dict = _unwrap_actor_class(self.ray_cls_with_init.cls).raw_cls_dict
-            group._bind_worker_method(raw_cls_dict[key], self._func_generator)
-            group.sub_cls_name = key
-            groups[key] = group
-        return groups
-
-    def fuse(self, prefix_set) -> None:
-        """Expose each role of a fused worker as an attribute (``wg.actor.add(...)``)."""
-        if self.wg_dict is None:
-            self.wg_dict = self.spawn(prefix_set)
-        for role_name, role_wg in self.wg_dict.items():
-            setattr(self, role_name, role_wg)
-        self.method_names = self._bind_worker_method(
-            _unwrap_actor_class(self.ray_cls_with_init.cls), self._func_generator
-        )
-
     # ---------------------------------------------------------------------------------------------- execution
     def _execute_remote_single_worker(self, worker, method_name: str, *args, **kwargs):
         if self.fused_worker_used and method_name not in self.method_names:
@@ -391,59 +310,13 @@ class RayWorkerGroup(WorkerGroup):
             return remote_call.remote(f"{self.sub_cls_name}_fwmn_{method_name}", *args, **kwargs)
         return getattr(worker, method_name).remote(*args, **kwargs)
 
-    def execute_rank_zero_sync(self, method_name: str, *args, **kwargs):
-        return ray.get(self.execute_rank_zero_async(method_name, *args, **kwargs))
-
-    def execute_rank_zero_async(self, method_name: str, *args, **kwargs):
-        return self._execute_remote_single_worker(self._workers[0], method_name, *args, **kwargs)
-
-    def execute_rank_zero(self, method_name: str, *args, **kwargs):
-        return self.execute_rank_zero_async(method_name, *args, **kwargs)
-
-    def execute_all(self, method_name: str, *args, **kwargs):
-        return self.execute_all_async(method_name, *args, **kwargs)
-
-    def execute_all_sync(self, method_name: str, *args, **kwargs):
-        return ray.get(self.execute_all_async(method_name, *args, **kwargs))
-
-    def execute_all_async(self, method_name: str, *args, **kwargs) -> list:
-        """Call every worker; per-worker lists (one element per worker) are split, anything else is broadcast."""
-        n = len(self._workers)
-        values = list(args) + list(kwargs.values())
-        if values and all(isinstance(v, list) and len(v) == n for v in values):
-            return [
-                self._execute_remote_single_worker(
-                    worker, method_name, *(a[i] for a in args), **{k: v[i] for k, v in kwargs.items()}
-                )
-                for i, worker in enumerate(self._workers)
-            ]
-        return [self._execute_remote_single_worker(w, method_name, *args, **kwargs) for w in self._workers]
-
-    # ---------------------------------------------------------------------------------------------- properties
-    @property
-    def master_address(self):
-        return self._master_addr
-
-    @property
-    def master_port(self):
-        return self._master_port
-
-    @property
-    def workers(self) -> list:
-        return self._workers
-
-    @property
-    def world_size(self) -> int:
-        return self._world_size
-
-    @property
-    def worker_names(self) -> list[str]:
-        return self._worker_names
+    def _resolve(self, pending):
+        return ray.get(pending)
 
 
 # ------------------------------------------------------------------------------------------------- colocation
 def _find_worker_base(cls):
-    actor_cls = _unwrap_actor_class(cls)
+    actor_cls = unwrap_actor_class(cls)
     for klass in actor_cls.__mro__:
         if klass.__name__ in ("MegatronWorker", "Worker"):
             assert issubclass(klass, Worker), f"{klass} must subclass Worker"
@@ -487,7 +360,7 @@ def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs]) -> 
     Role ``key``'s registered method ``m`` becomes ``key_m``; ``RayWorkerGroup.spawn`` maps it back to ``m``.
     """
     base = _find_worker_base(next(iter(class_dict.values())).cls)
-    raw_classes = {key: _unwrap_actor_class(c.cls) for key, c in class_dict.items()}
+    raw_classes = {key: unwrap_actor_class(c.cls) for key, c in class_dict.items()}
     init_args = {key: (c.args, c.kwargs) for key, c in class_dict.items()}
 
     class WorkerDict(base):
@@ -516,7 +389,7 @@ def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs]) -> 
 
 def create_colocated_worker_raw_cls(class_dict: dict[str, RayClassWithInitArgs]):
     """A Worker subclass that instantiates every role class as an attribute (fused worker, not yet ray.remote)."""
-    raw_cls_dict = {key: _unwrap_actor_class(c.cls) for key, c in class_dict.items()}
+    raw_cls_dict = {key: unwrap_actor_class(c.cls) for key, c in class_dict.items()}
     init_args = {key: (c.args, c.kwargs) for key, c in class_dict.items()}
     base = _find_worker_base(next(iter(class_dict.values())).cls)
     fused_name = FusedWorkerCLSName + "_" + "_".join(class_dict.keys())
