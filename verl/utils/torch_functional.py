@@ -518,9 +518,10 @@ def distributed_masked_mean(local_tensor: torch.Tensor, local_mask: torch.Tensor
 @contextmanager
 def check_device_is_available() -> Iterator[None]:
     """Context manager that raises RuntimeError when no accelerator is present."""
-    from verl.utils.device import get_torch_device
+    from verl.utils.device import is_accelerator_available
 
-    if not get_torch_device().is_available():
+    # not get_torch_device().is_available(): on a CPU-only host that is torch.cpu, which is always available
+    if not is_accelerator_available():
         raise RuntimeError("this code path needs an accelerator (CUDA/NPU), but none is available")
     yield
 
