@@ -11,6 +11,7 @@ from verl import DataProto
 from verl.protocol import (
     DataProtoConfig,
     DataProtoItem,
+    all_gather_data_proto,
     fold_batch_dim,
     pad_dataproto_to_divisor,
     unfold_batch_dim,
@@ -253,6 +254,36 @@ def test_fold_unfold():
     out = unfold_batch_dim(folded, batch_dims=2)
     assert rows(out) == [2, 2, 3, 3, 1, 1]
     assert out.non_tensor_batch["s"].tolist() == ["b", "b", "c", "c", "a", "a"]
+
+
+def _all_gather_worker(rank, init_file, result_file):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    data = DataProto.from_dict(
+        {"obs": torch.tensor([[10 * rank], [10 * rank + 1]]), "mask": torch.ones(2, 3) * rank},
+        {"s": np.array([f"r{rank}a", f"r{rank}b"], dtype=object)},
+        meta_info={"rank": rank},
+    )
+    all_gather_data_proto(data, process_group=None)  # None: the default (world) group
+    if rank == 1:
+        with open(result_file, "wb") as f:
+            pickle.dump(data, f)
+    dist.destroy_process_group()
+
+
+def test_all_gather_data_proto_concatenates_in_rank_order_in_place(tmp_path):
+    import torch.multiprocessing as mp
+
+    result = tmp_path / "gathered.pkl"
+    mp.spawn(_all_gather_worker, args=(str(tmp_path / "init"), str(result)), nprocs=2, join=True)
+    with open(result, "rb") as f:
+        data = pickle.load(f)
+    assert len(data) == 4 and data.batch.batch_size == torch.Size([4])
+    assert rows(data) == [0, 1, 10, 11]
+    assert torch.equal(data.batch["mask"], torch.tensor([[0.0] * 3] * 2 + [[1.0] * 3] * 2))
+    assert data.non_tensor_batch["s"].tolist() == ["r0a", "r0b", "r1a", "r1b"]
+    assert data.meta_info == {"rank": 1}  # meta_info stays each rank's own
 
 
 class TestSerialization:

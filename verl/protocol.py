@@ -31,7 +31,7 @@ from verl.protocol_ops import (  # noqa: F401  (re-exported: verl.protocol is wh
     union_tensor_dict,
 )
 from verl.protocol_transport import pack_tensordict, unpack_tensordict
-from verl.utils.py_functional import union_two_dict
+from verl.utils.py_functional import list_of_dict_to_dict_of_list, union_two_dict  # noqa: F401  (verl.protocol name)
 
 __all__ = ["DataProto", "union_tensor_dict"]
 
