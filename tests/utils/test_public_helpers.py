@@ -3,10 +3,12 @@ is kept and its behaviour pinned here."""
 
 import datetime
 import os
+import sys
 
 import pytest
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
@@ -16,33 +18,50 @@ from verl.utils.debug import performance, profile
 from verl.utils.fs import copy_local_path_from_hdfs
 from verl.utils.logger import aggregate_logger
 from verl.utils.model import print_model_size
-from verl.utils.py_functional import DynamicEnum, DynamicEnumMeta, list_of_dict_to_dict_of_list
+from verl.utils.py_functional import DynamicEnum, DynamicEnumMeta
 from verl.utils.torch_functional import allgather_dict_tensors, broadcast_dict_tensor, check_device_is_available
 
 
-@pytest.fixture
-def single_rank_group():
-    """A one-process gloo group (the collectives' semantics at world size 1)."""
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    from verl.single_controller.base.worker import WorkerHelper
-
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{WorkerHelper._get_free_port()}", rank=0, world_size=1
-    )
-    yield
+def _dict_collectives_worker(rank, init_file, result_file):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    # rank 1's values must win the broadcast; keys are inserted in a different order on each rank
+    # (the helpers walk sorted keys so the collectives still pair up)
+    sent = {"b": torch.tensor([1.0, 2.0]) * (rank + 1), "a": torch.tensor([[3]]) * (rank + 1)}
+    if rank == 1:
+        sent = dict(reversed(sent.items()))
+    broadcast_dict_tensor(sent, src=1)
+    local = {"x": torch.tensor([[rank, 10 + rank]]), "y": torch.tensor([rank * 1.5])}
+    gathered = allgather_dict_tensors(local, size=2)
+    by_column = allgather_dict_tensors({"x": torch.tensor([[rank], [10 + rank]])}, size=2, dim=1)
+    td = TensorDict({"x": torch.full((2, 3), rank)}, batch_size=[2])
+    gathered_td = allgather_dict_tensors(td, size=2)
+    if rank == 0:
+        torch.save(
+            {
+                "sent": sent,
+                "gathered": gathered,
+                "by_column": by_column,
+                "td": gathered_td.to_dict(),
+                "td_batch": list(gathered_td.batch_size),
+            },
+            result_file,
+        )
     dist.destroy_process_group()
 
 
-def test_dict_collectives_at_world_size_one(single_rank_group):
-    tensors = {"b": torch.tensor([1.0, 2.0]), "a": torch.tensor([[3]])}
-    broadcast_dict_tensor(tensors, src=0)
-    assert torch.equal(tensors["b"], torch.tensor([1.0, 2.0]))
-    gathered = allgather_dict_tensors(tensors, size=1)
-    assert torch.equal(gathered["a"], torch.tensor([[3]])) and set(gathered) == {"a", "b"}
-    td = TensorDict({"x": torch.arange(4).view(2, 2)}, batch_size=[2])
-    out = allgather_dict_tensors(td, size=1)
-    assert isinstance(out, TensorDict) and out.batch_size == torch.Size([2]) and torch.equal(out["x"], td["x"])
+def test_dict_collectives_over_two_ranks(tmp_path):
+    result = tmp_path / "out.pt"
+    mp.spawn(_dict_collectives_worker, args=(str(tmp_path / "init"), str(result)), nprocs=2, join=True)
+    out = torch.load(result)
+    # rank 0 now holds rank 1's tensors (multiplied by 2)
+    assert torch.equal(out["sent"]["b"], torch.tensor([2.0, 4.0])) and torch.equal(
+        out["sent"]["a"], torch.tensor([[6]])
+    )
+    assert torch.equal(out["gathered"]["x"], torch.tensor([[0, 10], [1, 11]]))
+    assert torch.equal(out["gathered"]["y"], torch.tensor([0.0, 1.5]))
+    assert torch.equal(out["by_column"]["x"], torch.tensor([[0, 1], [10, 11]]))
+    assert out["td_batch"] == [4]
+    assert torch.equal(out["td"]["x"], torch.tensor([[0] * 3, [0] * 3, [1] * 3, [1] * 3]))
 
 
 def test_check_device_is_available_refuses_without_an_accelerator():
@@ -56,11 +75,34 @@ def test_check_device_is_available_refuses_without_an_accelerator():
             pass
 
 
-def test_package_probes_answer_for_what_is_installed():
-    assert import_utils.is_vllm_available() == (import_utils._has_module("vllm"))
-    assert import_utils.is_trl_available() == import_utils._has_module("trl")
-    for probe in ("is_megatron_core_available", "is_sglang_available", "is_nvtx_available"):
-        assert isinstance(getattr(import_utils, probe)(), bool)
+_PROBES = {
+    "is_megatron_core_available": "megatron.core",
+    "is_vllm_available": "vllm",
+    "is_sglang_available": "sglang",
+    "is_nvtx_available": "nvtx",
+    "is_trl_available": "trl",
+}
+
+
+@pytest.mark.parametrize("probe_name", sorted(_PROBES))
+def test_package_probe_follows_whether_the_module_can_be_found(probe_name, monkeypatch):
+    import importlib.machinery
+    import types
+
+    probe, module_name = getattr(import_utils, probe_name), _PROBES[probe_name]
+    present = types.ModuleType(module_name)
+    present.__spec__ = importlib.machinery.ModuleSpec(module_name, None)
+    try:
+        probe.cache_clear()
+        monkeypatch.setitem(sys.modules, module_name, present)
+        assert probe() is True
+        probe.cache_clear()
+        monkeypatch.setitem(sys.modules, module_name, None)  # what `import` treats as "not installed"
+        assert probe() is False
+        assert probe() is False and probe.cache_info().hits == 1  # answered from the cache
+    finally:
+        monkeypatch.undo()
+        probe.cache_clear()
 
 
 def test_update_dict_with_config_overwrites_shared_keys_only():
@@ -74,8 +116,13 @@ def test_copy_local_path_from_hdfs_returns_a_local_path_unchanged(tmp_path):
 
 
 def test_list_of_dict_to_dict_of_list():
+    # verl users import it from verl.protocol, where verl defines it
+    from verl.protocol import list_of_dict_to_dict_of_list
+
     assert list_of_dict_to_dict_of_list([{"a": 1, "b": 2}, {"a": 3, "b": 4}]) == {"a": [1, 3], "b": [2, 4]}
     assert list_of_dict_to_dict_of_list([]) == {}
+    with pytest.raises(KeyError):  # every dict needs the first one's keys
+        list_of_dict_to_dict_of_list([{"a": 1}, {"b": 2}])
 
 
 def test_dynamic_enum_meta_gives_iteration_membership_and_lookup():
@@ -88,12 +135,27 @@ def test_dynamic_enum_meta_gives_iteration_membership_and_lookup():
     assert Color["red"] is red and Color.names() == ["RED"]
 
 
-def test_mark_annotate_runs_the_function_inside_a_range():
+def test_mark_annotate_wraps_each_call_in_a_named_range():
+    from verl.utils.device import is_cuda_available
+
+    if is_cuda_available:
+        pytest.skip("on CUDA the range is an NVTX range, which torch.profiler does not record")
+
     @profile.mark_annotate("adding")
     def add(a, b):
         return a + b
 
-    assert add(2, 3) == 5 and add.__name__ == "add"
+    @profile.mark_annotate()
+    def failing():
+        raise ValueError("inside")
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        assert add(2, 3) == 5 and add(1, 1) == 2
+        with pytest.raises(ValueError, match="inside"):
+            failing()
+    names = [event.name for event in prof.events()]
+    assert names.count("adding") == 2 and names.count("failing") == 1  # default name: the function's own
+    assert add.__name__ == "add"
 
 
 def test_print_helpers(capsys, monkeypatch):
@@ -118,9 +180,14 @@ def test_log_with_rank_logs_with_the_rank(caplog):
     import logging
 
     logger = logging.getLogger("verl.test.helpers")
-    with caplog.at_level(logging.INFO, logger="verl.test.helpers"):
+    with caplog.at_level(logging.DEBUG, logger="verl.test.helpers"):
         aggregate_logger.log_with_rank("message", rank=3, logger=logger)
-    assert "message" in caplog.text and "3" in caplog.text
+        aggregate_logger.log_with_rank("quiet", rank=3, logger=logger, log_only_rank_0=True)
+        aggregate_logger.log_with_rank("warned", rank=0, logger=logger, level=logging.WARNING, log_only_rank_0=True)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "[Rank 3] message"),
+        (logging.WARNING, "[Rank 0] warned"),
+    ]
 
 
 def test_run_reward_scoring_scores_in_processes():
