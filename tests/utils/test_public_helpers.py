@@ -115,6 +115,26 @@ def test_copy_local_path_from_hdfs_returns_a_local_path_unchanged(tmp_path):
     assert copy_local_path_from_hdfs(str(tmp_path)) == str(tmp_path)
 
 
+def test_copy_local_path_from_hdfs_copies_a_remote_path_once_into_the_cache(tmp_path, monkeypatch):
+    import hashlib
+
+    from verl.utils import fs
+
+    copies = []
+
+    def fake_copy(src, dst):
+        copies.append((src, dst))
+        with open(dst, "w") as f:
+            f.write("weights")
+
+    monkeypatch.setattr(fs, "copy", fake_copy)
+    src = "hdfs://cluster/models/model.bin"
+    expected = tmp_path / hashlib.md5(src.encode()).hexdigest() / "model.bin"
+    assert copy_local_path_from_hdfs(src, cache_dir=str(tmp_path)) == str(expected)
+    assert copy_local_path_from_hdfs(src, cache_dir=str(tmp_path)) == str(expected)  # cached: no second copy
+    assert copies == [(src, str(expected))] and expected.read_text() == "weights"
+
+
 def test_list_of_dict_to_dict_of_list():
     # verl users import it from verl.protocol, where verl defines it
     from verl.protocol import list_of_dict_to_dict_of_list
