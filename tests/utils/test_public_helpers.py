@@ -226,3 +226,15 @@ def test_extract_pg_from_exist_reuses_placement_groups(ray_cluster):
     source = RayResourcePool([2], use_gpu=False, max_colocate_count=1)
     pgs = extract_pg_from_exist({"actor": source}, ["actor"], RayResourcePool([2], use_gpu=False))
     assert pgs == source.get_placement_groups()
+
+
+def test_merge_resource_pool_holds_both_pools_nodes_and_placement_groups(ray_cluster):
+    from verl.single_controller.ray.base import RayResourcePool, merge_resource_pool
+
+    a = RayResourcePool([1], use_gpu=False, name_prefix="a", max_colocate_count=1)
+    b = RayResourcePool([1], use_gpu=False, name_prefix="b", max_colocate_count=1)
+    merged = merge_resource_pool(a, b)
+    assert merged.store == [1, 1] and merged.world_size == 2 and merged.name_prefix == "a_b"
+    assert merged.get_placement_groups() == a.get_placement_groups() + b.get_placement_groups()
+    with pytest.raises(AssertionError, match="use_gpu"):
+        merge_resource_pool(a, RayResourcePool([1], use_gpu=True, max_colocate_count=1))
