@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from verl.base_config import BaseConfig
 from verl.trainer.config.algorithm import AlgoConfig, KLControlConfig, PFPPOConfig
 from verl.trainer.config.data import CustomClsConfig, DataConfig
+from verl.trainer.config.sft import SFTConfig
 from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, TrainerConfig
 from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 
@@ -24,6 +25,7 @@ __all__ = [
     "PFPPOConfig",
     "PPOConfig",
     "RayInitConfig",
+    "SFTConfig",
     "TrainerConfig",
 ]
 
