@@ -3,83 +3,28 @@ YAML lacks is a documented hidden key, and bad keys or values fail with their na
 
 from __future__ import annotations
 
-import dataclasses
-import typing
-
 import pytest
-from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from tests.trainer.config.yaml_mirror import assert_no_extra_keys, compose_config, yaml_mirror_problems
 from verl.trainer.config.sft import SFTConfig, SFTDataConfig, SFTModelConfig
 from verl.utils.batch_sizes import ConfigError
 from verl.utils.config import omega_conf_to_dataclass
 
 
 def _compose(overrides=()):
-    with initialize_config_module("verl.trainer.config", version_base=None):
-        return compose("sft_trainer", overrides=list(overrides))
-
-
-def _default(f: dataclasses.Field):
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-def _walk(cls, yaml_section: dict, path: str, problems: list[str], hidden: dict) -> None:
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in yaml_section:
-        if key not in fields:
-            problems.append(f"{path}.{key} is in the YAML but not a field of {cls.__name__}")
-    for name, f in fields.items():
-        if name not in yaml_section:
-            hidden.setdefault(cls, set()).add(name)
-            continue
-        value = yaml_section[name]
-        if dataclasses.is_dataclass(hints[name]):
-            _walk(hints[name], value, f"{path}.{name}", problems, hidden)
-        elif _default(f) != value:
-            problems.append(f"{path}.{name}: {cls.__name__} default {_default(f)!r} != YAML {value!r}")
-
-
-def _classes(cls) -> list[type]:
-    """``cls`` and every section class below it."""
-    found = [cls]
-    for hint in typing.get_type_hints(cls).values():
-        if dataclasses.is_dataclass(hint):
-            found += _classes(hint)
-    return found
+    return compose_config("sft_trainer", overrides)
 
 
 def test_every_dataclass_default_equals_the_yaml():
-    yaml = OmegaConf.to_container(_compose(), resolve=True)
-    problems: list[str] = []
-    missing: dict[type, set[str]] = {}
-    _walk(SFTConfig, yaml, "", problems, missing)
-    # a field the YAML lacks must be documented as hidden (verl reads it with a code default)
-    for cls, names in missing.items():
-        undocumented = names - set(getattr(cls, "HIDDEN_KEYS", ()))
-        if undocumented:
-            problems.append(f"{cls.__name__} fields {sorted(undocumented)} are neither in the YAML nor HIDDEN_KEYS")
-    # and a documented hidden key is a field the YAML really lacks (not a stale entry)
-    for cls in _classes(SFTConfig):
-        for name in getattr(cls, "HIDDEN_KEYS", ()):
-            if name not in missing.get(cls, set()):
-                problems.append(f"{cls.__name__}.HIDDEN_KEYS lists {name!r}, which is in the YAML or not a field")
+    problems = yaml_mirror_problems(SFTConfig, "sft_trainer")
     assert not problems, "\n".join(problems)
 
 
 def test_default_yaml_builds_with_no_extra_keys():
     cfg = SFTConfig.from_config(_compose())
-
-    def no_extra(section, path):
-        assert not section.extra, f"{path}: unexpected extra keys {section.extra}"
-        for f in dataclasses.fields(section):
-            value = getattr(section, f.name)
-            if dataclasses.is_dataclass(value):
-                no_extra(value, f"{path}.{f.name}")
-
-    no_extra(cfg, "root")
+    assert_no_extra_keys(cfg)
     assert cfg.optim.betas == [0.9, 0.95] and cfg.optim.lr == pytest.approx(1e-5)
     assert cfg.trainer.default_local_dir == "checkpoints/gsm8k-sft/test"  # interpolations are resolved
     assert cfg.model.fsdp_config.wrap_policy.min_num_params == 0 and not cfg.model.is_lora

@@ -3,79 +3,27 @@ the YAML lacks is a documented hidden key, and bad keys or values fail with thei
 
 from __future__ import annotations
 
-import dataclasses
-import typing
-
 import pytest
-from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from tests.trainer.config.yaml_mirror import assert_no_extra_keys, compose_config, yaml_mirror_problems
 from verl.trainer.config import PPOConfig
 from verl.workers.config import ActorConfig, ActorRolloutRefConfig
 
 
 def _compose(overrides=()):
-    with initialize_config_module("verl.trainer.config", version_base=None):
-        return compose("ppo_trainer", overrides=list(overrides))
-
-
-def _default(f: dataclasses.Field):
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-def _walk(cls, yaml_section: dict, path: str, problems: list[str], hidden: dict) -> None:
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in yaml_section:
-        if key not in fields:
-            problems.append(f"{path}.{key} is in the YAML but not a field of {cls.__name__}")
-    for name, f in fields.items():
-        if name not in yaml_section:
-            hidden.setdefault(cls, set()).add(name)
-            continue
-        value = yaml_section[name]
-        if dataclasses.is_dataclass(hints[name]):
-            _walk(hints[name], value, f"{path}.{name}", problems, hidden)
-        elif _default(f) != value:
-            problems.append(f"{path}.{name}: {cls.__name__} default {_default(f)!r} != YAML {value!r}")
+    return compose_config("ppo_trainer", overrides)
 
 
 def test_every_dataclass_default_equals_the_yaml():
-    yaml = OmegaConf.to_container(_compose(), resolve=True)
-    problems: list[str] = []
-    missing: dict[type, set[str]] = {}
-    _walk(PPOConfig, yaml, "", problems, missing)
-    # a field some section of the YAML lacks must be documented as hidden (verl reads it with a code default)
-    # or be given by the YAML at another place the same class is used (e.g. ref's fsdp_config has fewer keys)
-    present: dict[type, set[str]] = {}
-
-    def collect(cls, section):
-        hints = typing.get_type_hints(cls)
-        present.setdefault(cls, set()).update(section)
-        for name in section:
-            if name in hints and dataclasses.is_dataclass(hints[name]):
-                collect(hints[name], section[name])
-
-    collect(PPOConfig, yaml)
-    for cls, names in missing.items():
-        undocumented = names - present[cls] - set(getattr(cls, "HIDDEN_KEYS", ()))
-        if undocumented:
-            problems.append(f"{cls.__name__} fields {sorted(undocumented)} are neither in the YAML nor HIDDEN_KEYS")
+    problems = yaml_mirror_problems(PPOConfig, "ppo_trainer")
     assert not problems, "\n".join(problems)
 
 
 def test_default_yaml_builds_with_no_extra_keys():
     cfg = PPOConfig.from_config(_compose())
-
-    def no_extra(section, path):
-        assert not section.extra, f"{path}: unexpected extra keys {section.extra}"
-        for f in dataclasses.fields(section):
-            value = getattr(section, f.name)
-            if dataclasses.is_dataclass(value):
-                no_extra(value, f"{path}.{f.name}")
-
-    no_extra(cfg, "root")
+    assert_no_extra_keys(cfg)
     assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-4)
     assert cfg.critic.rollout_n == cfg.actor_rollout_ref.rollout.n  # interpolations are resolved
 

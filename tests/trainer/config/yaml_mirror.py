@@ -1,0 +1,68 @@
+"""Checks that a typed config tree mirrors its YAML (shared by the PPO and SFT config tests)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+
+def compose_config(config_name: str, overrides=()):
+    """The composed ``verl/trainer/config/<config_name>.yaml`` with Hydra overrides."""
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose(config_name, overrides=list(overrides))
+
+
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _walk(cls, section: dict, path: str, problems: list[str], missing: dict, present: dict) -> None:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    present.setdefault(cls, set()).update(section)
+    for key in section:
+        if key not in fields:
+            problems.append(f"{path}.{key} is in the YAML but not a field of {cls.__name__}")
+    for name, f in fields.items():
+        if name not in section:
+            missing.setdefault(cls, set()).add(name)
+        elif dataclasses.is_dataclass(hints[name]):
+            _walk(hints[name], section[name], f"{path}.{name}", problems, missing, present)
+        elif _default(f) != section[name]:
+            problems.append(f"{path}.{name}: {cls.__name__} default {_default(f)!r} != YAML {section[name]!r}")
+
+
+def yaml_mirror_problems(root_cls, config_name: str) -> list[str]:
+    """Every way ``root_cls`` fails to mirror the resolved YAML.
+
+    A YAML key must be a field whose default equals the YAML's value. A field some place of the YAML lacks must be
+    in its class's ``HIDDEN_KEYS`` (verl reads it with a code default) or be given where the same class is used
+    elsewhere (ref's fsdp_config lists fewer keys than the actor's). A ``HIDDEN_KEYS`` entry must name a field the
+    YAML really lacks everywhere (no stale entries).
+    """
+    yaml = OmegaConf.to_container(compose_config(config_name), resolve=True)
+    problems: list[str] = []
+    missing: dict[type, set[str]] = {}
+    present: dict[type, set[str]] = {}
+    _walk(root_cls, yaml, "", problems, missing, present)
+    for cls, names in missing.items():
+        undocumented = names - present[cls] - set(getattr(cls, "HIDDEN_KEYS", ()))
+        if undocumented:
+            problems.append(f"{cls.__name__} fields {sorted(undocumented)} are neither in the YAML nor HIDDEN_KEYS")
+    for cls in present:
+        for name in getattr(cls, "HIDDEN_KEYS", ()):
+            if name in present[cls] or name not in {f.name for f in dataclasses.fields(cls)}:
+                problems.append(f"{cls.__name__}.HIDDEN_KEYS lists {name!r}, which is in the YAML or not a field")
+    return problems
+
+
+def assert_no_extra_keys(section, path: str = "root") -> None:
+    """The default YAML builds into declared fields only, at every depth."""
+    assert not section.extra, f"{path}: unexpected extra keys {section.extra}"
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            assert_no_extra_keys(value, f"{path}.{f.name}")
