@@ -26,6 +26,15 @@ def append_to_dict(data: dict, new_data: dict) -> None:
         data.setdefault(key, []).append(val)
 
 
+def as_list(value) -> list:
+    """A list from one value or a sequence: a str becomes ``[str]``, None ``[]``, a list/tuple/ListConfig a list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return list(value)
+
+
 def list_of_dict_to_dict_of_list(list_of_dict: list[dict]) -> dict:
     """[{a: 1, b: 2}, {a: 3, b: 4}] -> {a: [1, 3], b: [2, 4]}; every dict must have the first one's keys."""
     if len(list_of_dict) == 0:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from verl.base_config import BaseConfig
 from verl.trainer.config.data import CustomClsConfig
 from verl.utils.batch_sizes import ConfigError
+from verl.utils.py_functional import as_list
 from verl.workers.config.engine import WrapPolicyConfig
 
 __all__ = [
@@ -33,14 +34,6 @@ __all__ = [
 STRATEGIES = ("fsdp", "fsdp2")
 LR_SCHEDULERS = ("cosine", "wsd")
 TRUNCATIONS = ("error", "left", "right")
-
-
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return list(value)
 
 
 def _one_of(key: str, value, allowed: tuple[str, ...]) -> None:
@@ -94,7 +87,7 @@ class SFTDataConfig(BaseConfig):
     def check_files(self) -> None:
         """Every local file of ``train_files`` (at least one) and ``val_files`` exists; hdfs:// ones are not checked."""
         for key in ("train_files", "val_files"):
-            files = _as_list(getattr(self, key))
+            files = as_list(getattr(self, key))
             if key == "train_files" and not files:
                 raise ConfigError("data.train_files is empty; give one or more parquet files")
             for path in files:

@@ -13,6 +13,7 @@ from omegaconf import ListConfig
 from torch.utils.data import Dataset
 
 from verl.utils.model import compute_position_id_with_mask
+from verl.utils.py_functional import as_list
 
 logger = logging.getLogger(__name__)
 
@@ -25,15 +26,6 @@ def _cfg_get(config, key: str, default):
     """``config.get(key, default)`` for dict or OmegaConf configs; an explicit null also gives ``default``."""
     value = config.get(key, default) if config is not None else default
     return default if value is None else value
-
-
-def _as_list(value) -> list:
-    """A list from a str, list, tuple or ListConfig (None -> [])."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return list(value)
 
 
 def _unwrap(value):
@@ -67,7 +59,7 @@ def extract_text_column(dataframe: pd.DataFrame, key: str, dict_keys, config_key
     texts = []
     for row, cell in enumerate(dataframe[key]):
         value = cell
-        for name in _as_list(dict_keys):
+        for name in as_list(dict_keys):
             value = _unwrap(value)
             try:
                 value = value[name]
