@@ -141,3 +141,17 @@ def test_sampling_follows_the_seed_and_requires_token_ids(model):
     del bad.meta_info["pad_token_id"]
     with pytest.raises(KeyError, match="pad_token_id"):
         HFRollout(model, rollout_config()).generate_sequences(bad)
+
+
+def test_prompt_columns_of_padding_in_every_row_do_not_change_generation(model):
+    """The rollout generates without the all-padding prompt columns; the output keeps the caller's full width."""
+    narrow = prompts(do_sample=False)
+    wide = prompts(do_sample=False)
+    extra = 3
+    for key, fill in (("input_ids", PAD), ("attention_mask", 0), ("position_ids", 0)):
+        wide.batch[key] = torch.cat([torch.full((3, extra), fill), narrow.batch[key]], dim=1)
+    a = HFRollout(model, rollout_config()).generate_sequences(narrow)
+    b = HFRollout(model, rollout_config()).generate_sequences(wide)
+    assert torch.equal(a.batch["responses"], b.batch["responses"])
+    assert torch.equal(b.batch["prompts"], wide.batch["input_ids"]) and b.batch["input_ids"].shape[1] == P + extra + T
+    assert torch.equal(b.batch["position_ids"][:, -T:], a.batch["position_ids"][:, -T:])

@@ -128,22 +128,27 @@ class HFRollout(BaseRollout):
         was_training = self.module.training
         self.module.eval()
         with autocast_context():
+            # prompt columns that are padding in every row only cost attention time (HF derives positions from
+            # the mask, so dropping them changes nothing else)
+            used = attention_mask.any(dim=0).nonzero()
+            start = int(used[0]) if used.numel() else 0
             output = self.module.generate(
-                input_ids=idx.to(device),
-                attention_mask=attention_mask.to(device),
+                input_ids=idx[:, start:].to(device),
+                attention_mask=attention_mask[:, start:].to(device),
                 generation_config=generation_config,
                 return_dict_in_generate=True,
             )
         seq = output.sequences.to(idx.device)
         prompt_length = idx.size(1)
-        responses = seq[:, prompt_length:]
+        responses = seq[:, prompt_length - start :]
         if responses.size(1) < response_length:  # every row stopped early
             pad = responses.new_full((responses.size(0), response_length - responses.size(1)), pad_token_id)
             responses = torch.cat([responses, pad], dim=1)
         if num_return > 1:
             attention_mask = attention_mask.repeat_interleave(num_return, dim=0)
             position_ids = position_ids.repeat_interleave(num_return, dim=0)
-        batch = build_rollout_output(seq[:, :prompt_length], attention_mask, position_ids, responses, eos_token_id)
+        prompts_out = idx.repeat_interleave(num_return, dim=0) if num_return > 1 else idx
+        batch = build_rollout_output(prompts_out, attention_mask, position_ids, responses, eos_token_id)
         if is_accelerator_available():
             get_torch_device().empty_cache()
         if was_training:
