@@ -75,3 +75,11 @@ def test_inprocess_and_ray_groups_share_a_backend_neutral_base():
     assert issubclass(InProcessWorkerGroup, HandleWorkerGroup) and issubclass(RayWorkerGroup, HandleWorkerGroup)
     shared = ("spawn", "fuse", "execute_all_sync", "execute_rank_zero_sync", "world_size", "from_detached")
     assert all(name not in vars(InProcessWorkerGroup) and name not in vars(RayWorkerGroup) for name in shared)
+
+
+def test_ray_base_keeps_verl_module_level_names():
+    """Moving the shared code out of ray/base.py left its public helpers importable from there, unchanged."""
+    from verl.single_controller.ray.base import func_generator, get_random_string, merge_resource_pool  # noqa: F401
+
+    names = {get_random_string(12) for _ in range(4)}
+    assert len(names) == 4 and all(len(n) == 12 and n.isalnum() and n.isascii() for n in names)

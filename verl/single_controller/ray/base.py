@@ -24,6 +24,11 @@ logger = logging.getLogger(__name__)
 FusedWorkerCLSName = "FusedWorker"
 
 
+def get_random_string(length: int) -> str:
+    """A random string of letters and digits (verl's name here, kept for code that imports it from this module)."""
+    return random_name_prefix(length)
+
+
 def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
     """The group method for a registered worker method (see ``make_group_method``), waiting with ``ray.get``."""
     return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=ray.get)
