@@ -70,6 +70,8 @@ def base_overrides(ws: dict, estimator: str = "grpo", steps: int = 2) -> list[st
         f"critic.model.path={ws['critic']}",
         "critic.ppo_micro_batch_size_per_gpu=2",
         "trainer.logger=['console']",
+        # verl's full console line: these tests read every metric of a step from it
+        "trainer.console_format=full",
         "trainer.n_gpus_per_node=2",
         "trainer.nnodes=1",
         "trainer.device=cpu",

@@ -366,6 +366,7 @@ def _check_trainer(config, ctx: _Context) -> None:
     if total_steps is not None:
         _positive_int(config, "trainer.total_training_steps")
     _positive_int(config, "trainer.critic_warmup", minimum=0)
+    _choice(config, "trainer.console_format", ("compact", "full"))
     mode = _choice(config, "trainer.resume_mode", ("auto", "disable", "resume_path"))
     if mode == "resume_path":
         path = _get(config, "trainer.resume_from_path")

@@ -124,12 +124,21 @@ def _tensorboard_dir(project_name: str, experiment_name: str) -> str:
 
 
 class _ConsoleBackend:
+    """Prints each logged dict: every metric (verl's line) or, with ``trainer.console_format=compact`` in the run's
+    config, the one-line summary of ``verl.utils.console_line``."""
+
     def __init__(self, project_name: str, experiment_name: str, config: dict | None):
-        pass
+        trainer = (config or {}).get("trainer") or {}
+        self.step_line = None
+        if trainer.get("console_format", "full") == "compact":
+            from verl.utils.console_line import StepLine
+
+            self.step_line = StepLine(total_steps=trainer.get("total_training_steps"))
 
     def log(self, data: dict, step: int) -> None:
+        line = concat_dict_to_str(data, step=step) if self.step_line is None else self.step_line.format(data, step)
         # tqdm.write keeps a training progress bar intact (it redraws the bar below the line).
-        tqdm.write(concat_dict_to_str(data, step=step))
+        tqdm.write(line)
 
     def finish(self) -> None:
         pass

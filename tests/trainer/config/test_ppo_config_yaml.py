@@ -153,6 +153,8 @@ EXPECTED_PPO = {
         "max_actor_ckpt_to_keep": None, "max_critic_ckpt_to_keep": None, "ray_wait_register_center_timeout": 300,
         # Ours: verl defaults to cuda; auto picks cuda, npu or cpu (documented in the yaml).
         "device": "auto",
+        # Ours: one readable console line per step (full restores verl's line); verl has no such key.
+        "console_format": "compact",
         # Ours: progress bar, learning-curve PNG and report.md (verl has no such key).
         "run_report": True,
     },

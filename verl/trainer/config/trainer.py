@@ -59,6 +59,7 @@ class TrainerConfig(BaseConfig):
     max_critic_ckpt_to_keep: int | None = None
     ray_wait_register_center_timeout: int = 300
     device: str = "auto"
+    console_format: str = "compact"
     run_report: bool = True
     # hidden (deprecated in verl): keep only the newest checkpoint, as max_*_ckpt_to_keep=1
     remove_previous_ckpt_in_save: bool = False

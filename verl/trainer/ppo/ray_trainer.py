@@ -243,11 +243,13 @@ class RayPPOTrainer:
         trainer = self.ppo_config.trainer
         total = trainer.total_training_steps or len(self.train_dataloader) * trainer.total_epochs
         self.total_training_steps = total
-        # the workers' schedulers need it; recipes read it from self.config as in verl
+        # the workers' schedulers need it, the console line's ETA too; recipes read it from self.config as in verl
+        trainer.total_training_steps = total
         self.ppo_config.actor_rollout_ref.actor.optim.total_training_steps = total
         self.ppo_config.critic.optim.total_training_steps = total
         if isinstance(self.config, DictConfig):
             with open_dict(self.config):
+                self.config.trainer.total_training_steps = total
                 self.config.actor_rollout_ref.actor.optim.total_training_steps = total
                 self.config.critic.optim.total_training_steps = total
 
