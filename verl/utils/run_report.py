@@ -33,7 +33,9 @@ REPORT_FILE = "report.md"
 CURVE_PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reward", ("critic/score/mean", "critic/rewards/mean")),
     ("validation score", ("val-core/",)),
-    ("KL", ("actor/ppo_kl", "actor/kl_loss", "critic/kl")),
+    # the KL the run optimises: the actor's KL loss or the in-reward penalty (ppo_kl, old vs current policy, is zero
+    # for an on-policy step and says nothing about drift from the reference)
+    ("KL to reference", ("actor/kl_loss", "actor/reward_kl_penalty")),
     ("entropy", ("actor/entropy",)),
     ("response length (tokens)", ("response_length/mean",)),
     ("step time (s)", ("timing_s/step",)),
@@ -43,7 +45,7 @@ _HEADLINE_KEYS = (
     "critic/rewards/mean",
     "actor/ppo_kl",
     "actor/kl_loss",
-    "critic/kl",
+    "actor/reward_kl_penalty",
     "actor/entropy",
     "actor/pg_loss",
     "critic/vf_loss",
