@@ -155,3 +155,18 @@ def test_prompt_columns_of_padding_in_every_row_do_not_change_generation(model):
     assert torch.equal(a.batch["responses"], b.batch["responses"])
     assert torch.equal(b.batch["prompts"], wide.batch["input_ids"]) and b.batch["input_ids"].shape[1] == P + extra + T
     assert torch.equal(b.batch["position_ids"][:, -T:], a.batch["position_ids"][:, -T:])
+
+
+def test_generation_and_dataloader_emit_no_deprecation_warnings(model, recwarn, caplog):
+    """Our own calls must not trip transformers' or torchdata's deprecation notices (they flood a user's console)."""
+    import logging
+    import warnings
+
+    from verl.utils.dataset.dataloader import StatefulDataLoader
+
+    warnings.simplefilter("always")
+    with caplog.at_level(logging.WARNING):
+        HFRollout(model, rollout_config(n=2)).generate_sequences(prompts())
+        StatefulDataLoader(list(range(4)), batch_size=2)
+    notices = [str(w.message) for w in recwarn] + [r.getMessage() for r in caplog.records]
+    assert not [n for n in notices if "deprecat" in n.lower()], notices

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 try:
@@ -20,6 +21,13 @@ class StatefulDataLoader(_TorchdataStatefulDataLoader):
     the old epoch and the trainer (which derives the epoch from the step count) would skip one epoch of data.
     Use with :class:`verl.utils.dataset.sampler.ResumableRandomSampler` so later epochs' orders are restored too.
     """
+
+    def __init__(self, *args, **kwargs):
+        # torchdata's own constructor calls the deprecated torch.set_vital; the warning is not about our call and
+        # nothing we pass avoids it, so it stays out of the user's console
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated", category=UserWarning)
+            super().__init__(*args, **kwargs)
 
     def state_dict(self) -> dict[str, Any]:
         """The iterator state; ``_iterator_finished`` is True once ``len(self)`` batches of this epoch were yielded."""

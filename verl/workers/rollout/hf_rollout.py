@@ -123,6 +123,7 @@ class HFRollout(BaseRollout):
             eos_token_id=eos_token_id,
             pad_token_id=pad_token_id,
             use_cache=True,
+            return_dict_in_generate=True,
             **gen_kwargs,
         )
         was_training = self.module.training
@@ -136,7 +137,6 @@ class HFRollout(BaseRollout):
                 input_ids=idx[:, start:].to(device),
                 attention_mask=attention_mask[:, start:].to(device),
                 generation_config=generation_config,
-                return_dict_in_generate=True,
             )
         seq = output.sequences.to(idx.device)
         prompt_length = idx.size(1)
