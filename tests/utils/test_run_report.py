@@ -168,3 +168,12 @@ def test_step_time_table_shares_phases_tokens_and_memory():
     assert "Generated tokens per second during generation: 250.0" in text
     assert "worker: 3.25 GB" in text and "trainer: 0.50 GB" in text
     assert step_time_table([]) == []
+
+
+def test_kl_panel_plots_the_kl_the_run_optimises():
+    """ppo_kl (old vs current policy) is zero for an on-policy step; the panel shows the KL to the reference."""
+    from verl.utils.run_report import CURVE_PANELS, _panel_keys
+
+    keys = dict(CURVE_PANELS)["KL to reference"]
+    entries = [(1, {"actor/ppo_kl": 0.0, "actor/kl_loss": 0.02}), (2, {"actor/reward_kl_penalty": 0.01})]
+    assert _panel_keys(entries, keys) == ["actor/kl_loss", "actor/reward_kl_penalty"]
