@@ -27,11 +27,11 @@ exclude_patterns = ["_build", "README.md"]
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-# API reference: members in source order, type hints in the description instead of long signatures. Optional
-# engines are mocked so the reference builds the same with or without them installed.
+# API reference: every public member (not only a module's __all__) in source order, type hints in the description
+# instead of long signatures. Optional engines are mocked so the reference builds the same with or without them.
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_default_options = {"members": True, "show-inheritance": True, "ignore-module-all": True}
 autodoc_mock_imports = ["vllm", "sglang", "flash_attn", "liger_kernel", "megatron"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
