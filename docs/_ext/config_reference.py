@@ -22,8 +22,8 @@ GENERATED_DIR = Path(__file__).resolve().parents[1] / "generated"
 CONFIGS = (
     ("ppo_trainer", "PPO trainer (ppo_trainer.yaml)", "`python -m verl.trainer.main_ppo` and `RayPPOTrainer`"),
     ("sft_trainer", "SFT trainer (sft_trainer.yaml)", "`torchrun -m verl.trainer.fsdp_sft_trainer`"),
-    ("generation", "Offline generation (generation.yaml)", "verl's offline generation entry point"),
-    ("evaluation", "Offline evaluation (evaluation.yaml)", "verl's offline scoring entry point"),
+    ("generation", "Offline generation (generation.yaml)", "`python -m verl.trainer.main_generation`"),
+    ("evaluation", "Offline evaluation (evaluation.yaml)", "`python -m verl.trainer.main_eval`"),
 )
 
 _KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w.\-]*):(?P<value>.*)$")
