@@ -29,6 +29,7 @@ myst_heading_anchors = 3
 
 # API reference: every public member (not only a module's __all__) in source order, type hints in the description
 # instead of long signatures. Optional engines are mocked so the reference builds the same with or without them.
+add_module_names = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": True, "ignore-module-all": True}
@@ -38,3 +39,5 @@ napoleon_numpy_docstring = False
 
 html_theme = "furo"
 html_title = f"verl {release}"
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]

@@ -39,7 +39,7 @@ def test_config_reference_has_every_key_with_a_meaning(name):
     page = ref.render_markdown(name, title, reader, list(entries.values()))
     missing = [k for k in leaves if k not in entries or not entries[k].meaning]
     assert missing == [], f"{name}.yaml keys without a comment above them: {missing}"
-    rows = {m.group(1) for m in re.finditer(r"^\| `([^`]+)` \|", page, flags=re.M)}
+    rows = {m.group(1) for m in re.finditer(r"^\* - `([^`]+)`$", page, flags=re.M)}
     assert set(leaves) <= rows, sorted(set(leaves) - rows)
     sections = [e.key for e in entries.values() if e.is_section and not e.meaning]
     assert sections == [], f"{name}.yaml sections without a comment: {sections}"
@@ -56,7 +56,7 @@ def test_reference_rows_show_the_yaml_default_and_comment(tmp_path):
     assert entries["a.other"].default == "${a.lr}" and entries["a.inner"].is_section
     assert entries["a.inner.xs"].default == "[1, 2]" and entries["flag"].meaning == "Top-level flag."
     page = ref.render_markdown("demo", "Demo", "nobody", list(entries.values()))
-    assert "| `a.inner.xs` | `[1, 2]` | A list. |" in page and "## `a`" in page and "## Top-level keys" in page
+    assert "* - `a.inner.xs`\n  - `[1, 2]`\n  - A list." in page and "## `a`" in page and "## Top-level keys" in page
     (tmp_path / "bad.yaml").write_text("a: {b: 1}\n")  # a flow mapping the line scan cannot see into
     with pytest.raises(ValueError, match="disagree"):
         ref.config_entries("bad", config_dir=tmp_path)

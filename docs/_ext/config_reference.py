@@ -101,12 +101,15 @@ def config_entries(name: str, config_dir: Path = CONFIG_DIR) -> list[Entry]:
     return entries
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def _code(text: str) -> str:
     return f"`{text}`" if text else ""
+
+
+def _row(key: str, default: str, meaning: str) -> list[str]:
+    return [f"* - {key}", f"  - {default}", f"  - {meaning or '(no comment in the YAML)'}"]
+
+
+_TABLE_HEAD = ["```{list-table}", ":header-rows: 1", ":widths: 38 22 40", ":class: config-table", ""]
 
 
 def render_markdown(name: str, title: str, reader: str, entries: list[Entry]) -> str:
@@ -119,35 +122,31 @@ def render_markdown(name: str, title: str, reader: str, entries: list[Entry]) ->
         "`a.b.c=value`; a key that is not listed needs `+a.b.c=value`.",
         "",
     ]
-    table_open = False
+    rows: list[str] = []
 
-    def open_table():
-        out.extend(["| key | default | meaning |", "|---|---|---|"])
+    def flush():
+        if rows:
+            out.extend(_TABLE_HEAD + _row("key", "default", "meaning") + rows + ["```", ""])
+            rows.clear()
 
     top_level_leaves = [e for e in entries if e.depth == 1 and not e.is_section]
     if top_level_leaves:
         out.extend(["## Top-level keys", ""])
-        open_table()
         for e in top_level_leaves:
-            out.append(f"| {_code(e.key)} | {_cell(_code(e.default))} | {_cell(e.meaning)} |")
-        out.append("")
+            rows.extend(_row(_code(e.key), _code(e.default), e.meaning))
+        flush()
     for e in entries:
         if e.depth == 1 and not e.is_section:
             continue
         if e.is_section and e.depth <= 2:
-            if table_open:
-                out.append("")
+            flush()
             out.extend([f"{'#' * (e.depth + 1)} `{e.key}`", ""])
             if e.meaning:
                 out.extend([e.meaning, ""])
-            table_open = False
             continue
-        if not table_open:
-            open_table()
-            table_open = True
-        default = "*(section)*" if e.is_section else _cell(_code(e.default))
-        out.append(f"| {_code(e.key)} | {default} | {_cell(e.meaning)} |")
-    out.append("")
+        default = "*(section)*" if e.is_section else _code(e.default)
+        rows.extend(_row(_code(e.key), default, e.meaning))
+    flush()
     return "\n".join(out)
 
 
