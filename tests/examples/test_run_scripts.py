@@ -70,3 +70,11 @@ def test_sft_script_uses_known_sft_trainer_keys():
 def test_unknown_key_would_be_caught():
     with pytest.raises(Exception, match="typo_key"):
         _apply("sft_trainer.yaml", {"data.typo_key": 1})
+
+
+def test_slurm_script_uses_known_ppo_trainer_keys():
+    overrides = _overrides("examples/slurm/ray_on_slurm.slurm")
+    assert len(overrides) > 20, overrides
+    assert overrides["trainer.nnodes"] == "${#nodes[@]}"  # one Ray node per Slurm node
+    cfg = _apply("ppo_trainer.yaml", overrides)
+    assert cfg.algorithm.adv_estimator == "grpo" and cfg.actor_rollout_ref.rollout.name == "vllm"

@@ -48,6 +48,10 @@ def ray_init_kwargs(config) -> dict:
     """Arguments for ``ray.init``: enough logical CPUs on a CPU box for the task runner plus one per worker, and no
     dashboard there unless asked for (memory is what a CPU box runs out of)."""
     typed = PPOConfig.from_config(config)
+    if os.environ.get("RAY_ADDRESS"):
+        # joining a running cluster (`ray start` on each node, RAY_ADDRESS=head:port): its nodes already declared
+        # their resources and dashboard, and ray.init refuses num_cpus / include_dashboard when connecting
+        return {"runtime_env": {"env_vars": dict(_RAY_ENV)}}
     on_cpu = typed.trainer.device == "cpu"
     num_cpus = typed.ray_init.num_cpus
     if num_cpus is None and on_cpu:

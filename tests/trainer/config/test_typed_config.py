@@ -96,3 +96,12 @@ def test_ray_init_kwargs_skip_the_dashboard_on_cpu_unless_asked():
     assert ray_init_kwargs(_compose(["trainer.device=cpu", "+ray_init.include_dashboard=True"]))["include_dashboard"]
     gpu = ray_init_kwargs(_compose(["trainer.device=cuda"]))
     assert "include_dashboard" not in gpu and gpu["num_cpus"] is None
+
+
+def test_ray_init_kwargs_join_a_running_cluster_without_resource_arguments(monkeypatch):
+    """With RAY_ADDRESS (a cluster started with `ray start`), ray.init refuses num_cpus and include_dashboard."""
+    from verl.trainer.main_ppo import ray_init_kwargs
+
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    kwargs = ray_init_kwargs(_compose(["trainer.device=cpu", "trainer.n_gpus_per_node=3"]))
+    assert set(kwargs) == {"runtime_env"} and kwargs["runtime_env"]["env_vars"]
