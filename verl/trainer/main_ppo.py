@@ -63,13 +63,14 @@ def ray_init_kwargs(config) -> dict:
     return kwargs
 
 
-def run_ppo(config) -> None:
-    """Validate, start Ray (unless already running), and train in a ``TaskRunner`` actor."""
+def run_ppo(config, trainer_cls=None) -> None:
+    """Validate, start Ray (unless already running), and train in a ``TaskRunner`` actor; ``trainer_cls`` is a
+    recipe's RayPPOTrainer subclass (default RayPPOTrainer)."""
     prepare_config(config)
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(config))
     runner = TaskRunner.remote()
-    ray.get(runner.run.remote(config))
+    ray.get(runner.run.remote(config, trainer_cls))
     timeline = config.ray_init.timeline_json_file
     if timeline:
         ray.timeline(filename=timeline)
@@ -93,8 +94,9 @@ def worker_classes(config):
     raise NotImplementedError(f"actor_rollout_ref.actor.strategy={strategy!r}; expected fsdp, fsdp2 or megatron")
 
 
-def build_trainer(config, ray_worker_group_cls=None):
-    """Everything ``TaskRunner.run`` builds before ``init_workers``: tokenizer, roles, pools, rewards, data."""
+def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None):
+    """Everything ``TaskRunner.run`` builds before ``init_workers``: tokenizer, roles, pools, rewards, data; the
+    trainer is a ``trainer_cls`` (a recipe's RayPPOTrainer subclass; default RayPPOTrainer)."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
     from verl.utils.dataset.rl_dataset import collate_fn
     from verl.utils.fs import copy_to_local
@@ -129,7 +131,7 @@ def build_trainer(config, ray_worker_group_cls=None):
     val_reward_fn = load_reward_manager(typed, tokenizer, num_examine=1, **reward_kwargs)
     train_dataset = create_rl_dataset(typed.data.train_files, typed.data, tokenizer, processor)
     val_dataset = create_rl_dataset(typed.data.val_files, typed.data, tokenizer, processor)
-    return RayPPOTrainer(
+    return (trainer_cls or RayPPOTrainer)(
         config=config,
         tokenizer=tokenizer,
         processor=processor,
@@ -150,11 +152,11 @@ def build_trainer(config, ray_worker_group_cls=None):
 class TaskRunner:
     """Runs the single controller inside the Ray cluster (so it survives the driver's terminal closing)."""
 
-    def run(self, config) -> None:
+    def run(self, config, trainer_cls=None) -> None:
         logging.basicConfig(level=os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper())
         print(OmegaConf.to_yaml(config, resolve=True))
         OmegaConf.resolve(config)
-        trainer = build_trainer(config)
+        trainer = build_trainer(config, trainer_cls=trainer_cls)
         trainer.init_workers()
         trainer.fit()
 

@@ -40,16 +40,20 @@ def test_an_unknown_key_is_an_error_that_names_it():
 
 def test_plus_overrides_keep_working_as_extra_keys():
     cfg = PPOConfig.from_config(
-        _compose(["+actor_rollout_ref.actor.my_recipe_coef=0.5", "+algorithm.filter_groups.enable=True"])
+        _compose(["+actor_rollout_ref.actor.my_recipe_coef=0.5", "+algorithm.my_recipe.enable=True"])
     )
     assert cfg.actor_rollout_ref.actor.my_recipe_coef == 0.5
     assert cfg.actor_rollout_ref.actor.get("my_recipe_coef") == 0.5
-    assert cfg.algorithm.filter_groups.enable is True  # a nested extra section reads as it did on the DictConfig
-    assert cfg.algorithm.to_dict()["filter_groups"] == {"enable": True}
+    assert cfg.algorithm.my_recipe.enable is True  # a nested extra section reads as it did on the DictConfig
+    assert cfg.algorithm.to_dict()["my_recipe"] == {"enable": True}
     # a hidden key is a declared field: +key sets it with its type checked
     cfg = PPOConfig.from_config(_compose(["+data.gen_batch_size=64", "+actor_rollout_ref.rollout.seed=3"]))
     assert cfg.data.gen_batch_size == 64 and cfg.data.generation_batch_size == 64
     assert cfg.actor_rollout_ref.rollout.seed == 3
+    cfg = PPOConfig.from_config(_compose(["+algorithm.filter_groups.enable=True"]))
+    assert cfg.algorithm.filter_groups.to_dict() == {"enable": True, "metric": None, "max_num_gen_batches": 0}
+    with pytest.raises(TypeError, match=r"algorithm\.filter_groups\.max_num_gen_batches='ten'"):
+        PPOConfig.from_config(_compose(["+algorithm.filter_groups.max_num_gen_batches=ten"]))
 
 
 def test_a_value_of_the_wrong_type_names_the_key():

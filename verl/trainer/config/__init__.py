@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl.base_config import BaseConfig
-from verl.trainer.config.algorithm import AlgoConfig, KLControlConfig, PFPPOConfig
+from verl.trainer.config.algorithm import AlgoConfig, FilterGroupsConfig, KLControlConfig, PFPPOConfig
 from verl.trainer.config.data import CustomClsConfig, DataConfig
 from verl.trainer.config.sft import SFTConfig
 from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, TrainerConfig
@@ -21,6 +21,7 @@ __all__ = [
     "CustomClsConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
+    "FilterGroupsConfig",
     "KLControlConfig",
     "PFPPOConfig",
     "PPOConfig",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from verl.base_config import BaseConfig
 
-__all__ = ["AlgoConfig", "KLControlConfig", "PFPPOConfig"]
+__all__ = ["AlgoConfig", "FilterGroupsConfig", "KLControlConfig", "PFPPOConfig"]
 
 
 @dataclass
@@ -28,8 +29,20 @@ class PFPPOConfig(BaseConfig):
 
 
 @dataclass
+class FilterGroupsConfig(BaseConfig):
+    """`algorithm.filter_groups` (DAPO's dynamic sampling): drop prompt groups whose `metric` has no spread and
+    generate more, at most `max_num_gen_batches` dataloader batches per step (<= 0: no limit)."""
+
+    enable: bool = False
+    metric: str | None = None
+    max_num_gen_batches: int = 0
+
+
+@dataclass
 class AlgoConfig(BaseConfig):
     """`algorithm`."""
+
+    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("filter_groups",)
 
     gamma: float = 1.0
     lam: float = 1.0
@@ -40,3 +53,5 @@ class AlgoConfig(BaseConfig):
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     use_pf_ppo: bool = False
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
+    # hidden (DAPO's YAML sets it): dynamic sampling, read by recipe.dapo's trainer
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)

@@ -6,7 +6,6 @@ update critic, update actor. Each phase is one method; recipes subclass the trai
 
 from __future__ import annotations
 
-import inspect
 import logging
 import uuid
 from copy import deepcopy
@@ -19,8 +18,9 @@ from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.single_controller.ray.base import create_colocated_worker_cls
-from verl.trainer.config import AlgoConfig, PPOConfig
+from verl.trainer.config import PPOConfig
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.advantage import apply_kl_penalty, compute_advantage, compute_response_mask
 from verl.trainer.ppo.checkpointing import TrainerCheckpointer
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.metric_utils import (
@@ -35,7 +35,6 @@ from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_
 from verl.utils.debug import marked_timer
 from verl.utils.device import peak_rss_gb
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
-from verl.utils.torch_functional import masked_mean
 
 logger = logging.getLogger(__name__)
 
@@ -57,78 +56,6 @@ def pop_worker_timing(output: DataProto, timing_raw: dict) -> DataProto:
     """Move the seconds a worker reported (``meta_info["timing"]``) into ``timing_raw``."""
     timing_raw.update(output.meta_info.pop("timing", {}))
     return output
-
-
-def compute_response_mask(data: DataProto) -> torch.Tensor:
-    """``attention_mask`` over the response columns ``(bs, response_length)``."""
-    response_length = data.batch["responses"].size(1)
-    return data.batch["attention_mask"][:, -response_length:]
-
-
-def apply_kl_penalty(data: DataProto, kl_ctrl, kl_penalty: str = "kl", multi_turn: bool = False):
-    """``token_level_rewards = token_level_scores - beta * KL(old || ref)``; updates the controller."""
-    response_length = data.batch["responses"].size(1)
-    if multi_turn:
-        mask = data.batch["loss_mask"][:, -response_length:]
-    else:
-        mask = data.batch["attention_mask"][:, -response_length:]
-    kld = core_algos.kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty=kl_penalty) * mask
-    beta = kl_ctrl.value
-    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
-    current_kl = torch.mean(masked_mean(kld, mask=mask, axis=-1)).item()
-    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
-    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
-
-
-def _accepts(fn, name: str) -> bool:
-    params = inspect.signature(fn).parameters
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def compute_advantage(
-    data: DataProto,
-    adv_estimator,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    num_repeat: int = 1,
-    multi_turn: bool = False,
-    norm_adv_by_std_in_grpo: bool = True,
-    config=None,
-) -> DataProto:
-    """Write ``advantages`` and ``returns`` ``(bs, response_length)`` with the estimator registered as
-    ``adv_estimator``; preference-feedback reweighting follows GAE when ``config.use_pf_ppo``.
-
-    Every estimator gets the inputs its signature asks for: ``token_level_rewards``, ``response_mask`` (the
-    ``loss_mask`` in multi-turn, so tool output earns no advantage), ``values``, ``index`` (group uids),
-    ``reward_baselines``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo`` and ``config`` (the algorithm section).
-    """
-    if "response_mask" not in data.batch.keys():
-        data.batch["response_mask"] = compute_response_mask(data)
-    response_mask = data.batch["response_mask"]
-    if multi_turn:
-        response_mask = data.batch["loss_mask"][:, -response_mask.shape[1] :]
-    algorithm = AlgoConfig.from_config(config if config is not None else {})
-    estimator = core_algos.get_adv_estimator_fn(adv_estimator)
-    inputs = {
-        "token_level_rewards": data.batch["token_level_rewards"],
-        "response_mask": response_mask,
-        "gamma": gamma,
-        "lam": lam,
-        "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo,
-        "config": algorithm,
-    }
-    optional = {"values": data.batch, "reward_baselines": data.batch}
-    for key, source in optional.items():
-        if key in source.keys():
-            inputs[key] = source[key]
-    if "uid" in data.non_tensor_batch:
-        inputs["index"] = data.non_tensor_batch["uid"]
-    advantages, returns = estimator(**{k: v for k, v in inputs.items() if _accepts(estimator, k)})
-    data.batch["advantages"], data.batch["returns"] = advantages, returns
-    if adv_estimator == AdvantageEstimator.GAE and algorithm.use_pf_ppo:
-        pf = algorithm.pf_ppo
-        data = core_algos.compute_pf_ppo_reweight_data(data, pf.reweight_method, pf.weight_pow)
-    return data
 
 
 class RayPPOTrainer:
@@ -394,12 +321,21 @@ class RayPPOTrainer:
     def _compute_values(self, batch: DataProto, timing_raw: dict) -> DataProto:
         return batch.union(pop_worker_timing(self.critic_wg.compute_values(batch), timing_raw))
 
-    def _compute_advantage(self, batch: DataProto, reward: PendingReward, metrics: dict) -> DataProto:
+    @staticmethod
+    def _store_reward(batch: DataProto, reward: PendingReward) -> DataProto:
+        """Wait for ``reward`` and put it on the batch: ``token_level_scores`` and one array per extra-info key."""
         reward_tensor, reward_extra_infos = reward.result()
         batch.batch["token_level_scores"] = reward_tensor
         if reward_extra_infos:
             batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos.items()})
         batch.meta_info["reward_extra_keys"] = list(reward_extra_infos or {})
+        return batch
+
+    def _compute_advantage(self, batch: DataProto, reward: PendingReward | None, metrics: dict) -> DataProto:
+        """In-reward KL (if on), then the advantage estimator; ``reward=None``: the scores are on the batch already
+        (a recipe that scored before filtering, see ``_store_reward``)."""
+        if reward is not None:
+            batch = self._store_reward(batch, reward)
         algorithm = self.ppo_config.algorithm
         if algorithm.use_kl_in_reward:
             multi_turn = self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable
@@ -431,15 +367,30 @@ class RayPPOTrainer:
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
     # --------------------------------------------------------------------------------------------------- loop
-    def train_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto, dict]:
-        """One RL step on a batch of prompts; returns the full batch and its metrics."""
+    def train_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto | None, dict]:
+        """One RL step on a batch of prompts; returns the full batch and its metrics.
+
+        A recipe's override may draw more prompts with ``_next_train_batch``; it returns ``(None, metrics)`` when the
+        data ran out before it had a batch to update on, which ends ``fit``.
+        """
         metrics: dict = {}
         batch = self._generate(batch, timing_raw)
+        self._balance_and_count_tokens(batch, metrics)
+        with marked_timer("reward", timing_raw):
+            batch, reward = self._compute_reward(batch, timing_raw)
+        return self._train_on_rollouts(batch, reward, metrics, timing_raw), metrics
+
+    def _balance_and_count_tokens(self, batch: DataProto, metrics: dict) -> None:
+        """Balance the rows across ranks (``trainer.balance_batch``) and record the tokens per row."""
         if self.ppo_config.trainer.balance_batch:
             self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-        with marked_timer("reward", timing_raw):
-            batch, reward = self._compute_reward(batch, timing_raw)
+
+    def _train_on_rollouts(
+        self, batch: DataProto, reward: PendingReward | None, metrics: dict, timing_raw: dict
+    ) -> DataProto:
+        """The second half of a step, on generated rollouts whose reward is ``reward`` (None: already on the batch):
+        old log-probs, reference, values, advantages, critic and actor updates, rollout dump."""
         with marked_timer("old_log_prob", timing_raw):
             batch = self._compute_old_log_prob(batch, metrics, timing_raw)
         if self.use_reference_policy:
@@ -461,7 +412,7 @@ class RayPPOTrainer:
             with marked_timer("dump_rollout_generations", timing_raw):
                 keys = batch.meta_info.get("reward_extra_keys", [])
                 dump_rollout(batch, keys, self.tokenizer, dump_dir, self.global_steps)
-        return batch, metrics
+        return batch
 
     def fit(self) -> None:
         """The training loop: validate, then train_step per batch with validation and checkpoints as configured."""
@@ -488,19 +439,24 @@ class RayPPOTrainer:
                 return
         self.global_steps += 1
         last_val_metrics = None
-        for epoch, batch_dict in self._train_batches():
+        self._batch_source = self._train_batches()
+        for epoch, batch_dict in self._batch_source:
             timing_raw: dict = {}
             is_last_step = self.global_steps >= self.total_training_steps
             self._start_profiling()
             with marked_timer("step", timing_raw):
                 batch, metrics = self.train_step(DataProto.from_single_dict(batch_dict), timing_raw)
-                val_metrics = self._maybe_validate(is_last_step, timing_raw)
-                if val_metrics:
-                    metrics.update(val_metrics)
-                    reporter.on_validation(self.global_steps, val_metrics)
-                    last_val_metrics = val_metrics
-                self._maybe_save_checkpoint(is_last_step, timing_raw)
+                if batch is not None:
+                    val_metrics = self._maybe_validate(is_last_step, timing_raw)
+                    if val_metrics:
+                        metrics.update(val_metrics)
+                        reporter.on_validation(self.global_steps, val_metrics)
+                        last_val_metrics = val_metrics
+                    self._maybe_save_checkpoint(is_last_step, timing_raw)
             self._stop_profiling()
+            if batch is None:  # the step drew more prompts than were left (dynamic sampling): nothing to log
+                logger.warning("training data exhausted within step %d; stopping", self.global_steps)
+                break
             metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
             metrics.update(self._step_metrics(batch, timing_raw))
             self.tracker.log(data=metrics, step=self.global_steps)
@@ -519,6 +475,14 @@ class RayPPOTrainer:
         for epoch in range((self.global_steps - 1) // steps_per_epoch, self.ppo_config.trainer.total_epochs):
             for batch_dict in self.train_dataloader:
                 yield epoch, batch_dict
+
+    def _next_train_batch(self) -> DataProto | None:
+        """The next batch of prompts from the loop's own source (None when the data is exhausted), for a step that
+        needs more prompts than one dataloader batch (DAPO's dynamic sampling). Only valid inside ``fit``."""
+        item = next(self._batch_source, None)
+        if item is None:
+            return None
+        return DataProto.from_single_dict(item[1])
 
     def _step_metrics(self, batch: DataProto, timing_raw: dict) -> dict:
         """Data, timing and throughput metrics of a finished step (verl's names)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import multiprocessing
 import os
 import sys
@@ -86,6 +87,16 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
         else:
             compute_score = default_compute_score
 
+    # DAPO's overlong shaping needs the response budget and its buffer: handed to any manager that takes them (as
+    # verl's main_dapo does), here so that the Ray task of launch_reward_fn_async builds the same manager
+    params = inspect.signature(reward_manager_cls.__init__).parameters
+    from_config = {
+        "max_resp_len": typed.data.max_response_length,
+        "overlong_buffer_cfg": typed.reward_model.overlong_buffer,
+    }
+    for name, value in from_config.items():
+        if name in params and name not in reward_kwargs:
+            reward_kwargs[name] = value
     reward_fn_key = typed.data.reward_fn_key
     return reward_manager_cls(
         tokenizer=tokenizer,
