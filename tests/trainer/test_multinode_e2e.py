@@ -4,6 +4,7 @@ The cluster is started the way docs/multinode.md tells users to (`ray start --he
 trainer joins it through RAY_ADDRESS with trainer.nnodes=2: one worker process per node.
 """
 
+import json
 import os
 import signal
 import socket
@@ -51,14 +52,12 @@ def _stop(proc: subprocess.Popen) -> None:
 def _actor_nodes(address: str, env: dict) -> dict[str, set[str]]:
     """Class name -> node ids of every actor the cluster ran (dead ones included)."""
     code = (
-        "import json, ray; ray.init(address=%r, log_to_driver=False); "
-        "print(json.dumps([[a['ActorClassName'], a['Address']['NodeID']] for a in ray._private.state.actors().values()]))"
-        % address
+        f"import json, ray; ray.init(address={address!r}, log_to_driver=False); "
+        "actors = ray._private.state.actors().values(); "
+        "print(json.dumps([[a['ActorClassName'], a['Address']['NodeID']] for a in actors]))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    import json
-
     found: dict[str, set[str]] = {}
     for name, node in json.loads(out.stdout.strip().splitlines()[-1]):
         found.setdefault(name.rsplit(".", 1)[-1], set()).add(node)
