@@ -6,10 +6,12 @@ trainer joins it through RAY_ADDRESS with trainer.nnodes=2: one worker process p
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -68,12 +70,16 @@ def _actor_nodes(address: str, env: dict) -> dict[str, set[str]]:
 def test_main_ppo_runs_across_a_head_and_a_worker_node(tmp_path):
     port = _free_port()
     address = f"127.0.0.1:{port}"
+    # the head records its address in <temp dir>/ray_current_cluster, and a later plain ray.init() on this machine
+    # joins whatever that file names: keep it out of the default /tmp/ray (a short path: Ray's sockets live there)
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     # loopback-only test cluster: no auth token to distribute (the guide shows the token setup for real clusters)
     env = dict(os.environ, RAY_AUTH_MODE="disabled", TOKENIZERS_PARALLELISM="false")
     env.pop("RAY_ADDRESS", None)
     log = open(tmp_path / "ray_nodes.log", "w")
     # head: 2 CPUs (the TaskRunner and one worker); worker node: 1 CPU, so one worker must be placed there
-    head = _ray_start(["--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false"], env, log)
+    head_args = ["--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp_dir}"]
+    head = _ray_start(head_args, env, log)
     nodes = [head]
     try:
         deadline = time.time() + 120
@@ -107,3 +113,10 @@ def test_main_ppo_runs_across_a_head_and_a_worker_node(tmp_path):
         for proc in reversed(nodes):
             _stop(proc)
         log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        # a worker node may still record the (now stopped) cluster in the default place; later tests must not join it
+        default_address_file = "/tmp/ray/ray_current_cluster"
+        if os.path.exists(default_address_file):
+            with open(default_address_file) as f:
+                if f.read().strip().endswith(f":{port}"):
+                    os.remove(default_address_file)
