@@ -130,7 +130,7 @@ def _check_choices(config, ctx: _Context) -> None:
     _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
     if ctx.use_critic:
         _choice(config, "critic.loss_agg_mode", LOSS_AGG_MODES)
-    _choice(config, "actor_rollout_ref.actor.policy_loss.loss_mode", ("vanilla", "clip_cov", "kl_cov"))
+    _check_policy_loss(config)
     _choice(config, "actor_rollout_ref.actor.optim.warmup_style", ("constant", "cosine"))
     if ctx.use_critic:
         _choice(config, "critic.optim.warmup_style", ("constant", "cosine"))
@@ -151,6 +151,25 @@ def _check_choices(config, ctx: _Context) -> None:
     clip_c = _get(config, "actor_rollout_ref.actor.clip_ratio_c")
     if not isinstance(clip_c, int | float) or clip_c <= 1.0:
         raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={clip_c!r} must be a number > 1 (dual-clip constant)")
+
+
+def _check_policy_loss(config) -> None:
+    """`policy_loss.loss_mode` must name a registered loss (built-in, or one a recipe registered before the check)."""
+    # importing core_algos registers the built-in losses
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    key = "actor_rollout_ref.actor.policy_loss"
+    loss_mode = _get(config, f"{key}.loss_mode")
+    if loss_mode not in POLICY_LOSS_REGISTRY:
+        raise ConfigError(
+            f"{key}.loss_mode={loss_mode!r} is not a registered policy loss; expected one of "
+            f"{list(POLICY_LOSS_REGISTRY)} (a recipe adds its own with core_algos.register_policy_loss)"
+        )
+    if loss_mode == "sapo":
+        for name in ("tau_pos", "tau_neg"):
+            tau = _get(config, f"{key}.{name}")
+            if not tau > 0:
+                raise ConfigError(f"{key}.{name}={tau!r} must be > 0 for loss_mode='sapo' (it divides the gate)")
 
 
 def _check_estimator(config, ctx: _Context) -> None:
