@@ -154,22 +154,25 @@ def _check_choices(config, ctx: _Context) -> None:
 
 
 def _check_policy_loss(config) -> None:
-    """`policy_loss.loss_mode` must name a registered loss (built-in, or one a recipe registered before the check)."""
-    # importing core_algos registers the built-in losses
-    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+    """`policy_loss.loss_mode`: a registered loss (built in, by a recipe, or by a module in `model.external_lib`)."""
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY  # the import registers the built-in losses
+    from verl.utils.import_utils import import_external_libs
 
-    key = "actor_rollout_ref.actor.policy_loss"
+    key, lib_key = "actor_rollout_ref.actor.policy_loss", "actor_rollout_ref.model.external_lib"
     loss_mode = _get(config, f"{key}.loss_mode")
+    try:
+        if loss_mode not in POLICY_LOSS_REGISTRY:  # the workers import external_lib too
+            import_external_libs(_get(config, lib_key))
+    except ImportError as exc:
+        raise ConfigError(f"{lib_key}={_get(config, lib_key)!r} cannot be imported: {exc}") from exc
     if loss_mode not in POLICY_LOSS_REGISTRY:
         raise ConfigError(
             f"{key}.loss_mode={loss_mode!r} is not a registered policy loss; expected one of "
-            f"{list(POLICY_LOSS_REGISTRY)} (a recipe adds its own with core_algos.register_policy_loss)"
+            f"{list(POLICY_LOSS_REGISTRY)} (add one with core_algos.register_policy_loss)"
         )
-    if loss_mode == "sapo":
-        for name in ("tau_pos", "tau_neg"):
-            tau = _get(config, f"{key}.{name}")
-            if not tau > 0:
-                raise ConfigError(f"{key}.{name}={tau!r} must be > 0 for loss_mode='sapo' (it divides the gate)")
+    for name in ("tau_pos", "tau_neg") if loss_mode == "sapo" else ():
+        if not _get(config, f"{key}.{name}") > 0:
+            raise ConfigError(f"{key}.{name}={_get(config, f'{key}.{name}')!r} must be > 0 for loss_mode='sapo'")
 
 
 def _check_estimator(config, ctx: _Context) -> None:

@@ -258,3 +258,32 @@ def test_sapo_temperatures_must_be_positive(base_cfg):
         check_ppo_config(cfg)
     # the temperatures of an unused loss are not checked
     check_ppo_config(_with(cfg, actor_rollout_ref__actor__policy_loss__loss_mode="vanilla"))
+
+
+def test_policy_loss_registered_by_an_external_lib_is_accepted(base_cfg, tmp_path, monkeypatch):
+    """A loss registered in a module named by actor_rollout_ref.model.external_lib (the workers import it too)."""
+    import sys
+
+    from verl.trainer.ppo import core_algos
+
+    (tmp_path / "my_losses_for_check.py").write_text(
+        "from verl.trainer.ppo.core_algos import compute_policy_loss_gpg, register_policy_loss\n"
+        "register_policy_loss('ext_lib_loss')(compute_policy_loss_gpg)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = _with(base_cfg, actor_rollout_ref__actor__policy_loss__loss_mode="ext_lib_loss")
+    try:
+        with pytest.raises(ConfigError, match="loss_mode='ext_lib_loss' is not a registered policy loss"):
+            check_ppo_config(cfg)
+        check_ppo_config(_with(cfg, actor_rollout_ref__model__external_lib="my_losses_for_check"))
+        with pytest.raises(ConfigError, match=r"actor_rollout_ref.model.external_lib='no_such_mod' cannot be"):
+            check_ppo_config(
+                _with(
+                    base_cfg,
+                    actor_rollout_ref__actor__policy_loss__loss_mode="x",
+                    **{"actor_rollout_ref__model__external_lib": "no_such_mod"},
+                )
+            )
+    finally:
+        core_algos.POLICY_LOSS_REGISTRY.pop("ext_lib_loss", None)
+        sys.modules.pop("my_losses_for_check", None)
