@@ -91,6 +91,26 @@ def test_every_estimator_one_step(workspace, estimator):
 
 
 @pytest.mark.parametrize(
+    ("loss_mode", "extra"),
+    [
+        ("gspo", ("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",)),
+        ("gpg", ()),
+        ("geo_mean", ("actor_rollout_ref.actor.clip_ratio_low=0.4", "actor_rollout_ref.actor.clip_ratio_high=0.4")),
+        ("sapo", ("actor_rollout_ref.actor.policy_loss.tau_pos=0.5", "actor_rollout_ref.actor.policy_loss.tau_neg=2")),
+        ("cispo", ("actor_rollout_ref.actor.clip_ratio_low=10", "actor_rollout_ref.actor.clip_ratio_high=0.2")),
+    ],
+)
+def test_newer_policy_losses_one_step(workspace, loss_mode, extra):
+    """GRPO with each post-v0.4 loss, two epochs so the second is off-policy (ratios away from 1)."""
+    overrides = [f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}", "actor_rollout_ref.actor.ppo_epochs=2"]
+    trainer, before, after = run_one_step(single_process_config(workspace, "grpo", extra=[*overrides, *extra]))
+    metrics = trainer.logged[0]
+    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm"):
+        assert key in metrics and math.isfinite(metrics[key]), (loss_mode, key, metrics.get(key))
+    assert any(not torch.equal(before[k], after[k]) for k in before), loss_mode
+
+
+@pytest.mark.parametrize(
     ("extra", "separate_pass"),
     [
         ((), False),  # one epoch over one mini batch: the update's own forward gives the old log-probs

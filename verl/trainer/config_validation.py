@@ -130,7 +130,7 @@ def _check_choices(config, ctx: _Context) -> None:
     _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
     if ctx.use_critic:
         _choice(config, "critic.loss_agg_mode", LOSS_AGG_MODES)
-    _choice(config, "actor_rollout_ref.actor.policy_loss.loss_mode", ("vanilla", "clip_cov", "kl_cov"))
+    _check_policy_loss(config)
     _choice(config, "actor_rollout_ref.actor.optim.warmup_style", ("constant", "cosine"))
     if ctx.use_critic:
         _choice(config, "critic.optim.warmup_style", ("constant", "cosine"))
@@ -151,6 +151,28 @@ def _check_choices(config, ctx: _Context) -> None:
     clip_c = _get(config, "actor_rollout_ref.actor.clip_ratio_c")
     if not isinstance(clip_c, int | float) or clip_c <= 1.0:
         raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={clip_c!r} must be a number > 1 (dual-clip constant)")
+
+
+def _check_policy_loss(config) -> None:
+    """`policy_loss.loss_mode`: a registered loss (built in, by a recipe, or by a module in `model.external_lib`)."""
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY  # the import registers the built-in losses
+    from verl.utils.import_utils import import_external_libs
+
+    key, lib_key = "actor_rollout_ref.actor.policy_loss", "actor_rollout_ref.model.external_lib"
+    loss_mode = _get(config, f"{key}.loss_mode")
+    try:
+        if loss_mode not in POLICY_LOSS_REGISTRY:  # the workers import external_lib too
+            import_external_libs(_get(config, lib_key))
+    except ImportError as exc:
+        raise ConfigError(f"{lib_key}={_get(config, lib_key)!r} cannot be imported: {exc}") from exc
+    if loss_mode not in POLICY_LOSS_REGISTRY:
+        raise ConfigError(
+            f"{key}.loss_mode={loss_mode!r} is not a registered policy loss; expected one of "
+            f"{list(POLICY_LOSS_REGISTRY)} (add one with core_algos.register_policy_loss)"
+        )
+    for name in ("tau_pos", "tau_neg") if loss_mode == "sapo" else ():
+        if not _get(config, f"{key}.{name}") > 0:
+            raise ConfigError(f"{key}.{name}={_get(config, f'{key}.{name}')!r} must be > 0 for loss_mode='sapo'")
 
 
 def _check_estimator(config, ctx: _Context) -> None:

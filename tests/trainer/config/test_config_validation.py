@@ -223,3 +223,67 @@ def test_vllm_on_cpu_refuses_a_head_size_its_attention_lacks(base_cfg, assets):
     assert "head_dim=8" in message and "actor_rollout_ref.rollout.name=hf" in message
     with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.dtype='bf15'"):
         check_ppo_config(_with(cfg, actor_rollout_ref__rollout__dtype="bf15"), check_paths=False)
+
+
+def test_policy_loss_mode_reads_the_registry(base_cfg):
+    """Every built-in loss passes; a loss a recipe registers before the check passes; an unknown name is refused
+    with the key, the value and the registered choices (including the recipe's)."""
+    from verl.trainer.ppo import core_algos
+
+    for mode in ("vanilla", "clip_cov", "kl_cov", "gspo", "gpg", "geo_mean", "sapo", "cispo"):
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__policy_loss__loss_mode=mode))
+
+    @core_algos.register_policy_loss("my_recipe_loss")
+    def my_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None):
+        return core_algos.compute_policy_loss_gpg(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+
+    try:
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__policy_loss__loss_mode="my_recipe_loss"))
+        with pytest.raises(ConfigError) as info:
+            check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__policy_loss__loss_mode="bogus"))
+        message = str(info.value)
+        assert "actor_rollout_ref.actor.policy_loss.loss_mode='bogus'" in message
+        assert "'gspo'" in message and "'cispo'" in message and "'my_recipe_loss'" in message
+    finally:
+        del core_algos.POLICY_LOSS_REGISTRY["my_recipe_loss"]
+
+
+def test_sapo_temperatures_must_be_positive(base_cfg):
+    cfg = _with(
+        base_cfg,
+        actor_rollout_ref__actor__policy_loss__loss_mode="sapo",
+        actor_rollout_ref__actor__policy_loss__tau_neg=0.0,
+    )
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.policy_loss.tau_neg=0.0 must be > 0"):
+        check_ppo_config(cfg)
+    # the temperatures of an unused loss are not checked
+    check_ppo_config(_with(cfg, actor_rollout_ref__actor__policy_loss__loss_mode="vanilla"))
+
+
+def test_policy_loss_registered_by_an_external_lib_is_accepted(base_cfg, tmp_path, monkeypatch):
+    """A loss registered in a module named by actor_rollout_ref.model.external_lib (the workers import it too)."""
+    import sys
+
+    from verl.trainer.ppo import core_algos
+
+    (tmp_path / "my_losses_for_check.py").write_text(
+        "from verl.trainer.ppo.core_algos import compute_policy_loss_gpg, register_policy_loss\n"
+        "register_policy_loss('ext_lib_loss')(compute_policy_loss_gpg)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = _with(base_cfg, actor_rollout_ref__actor__policy_loss__loss_mode="ext_lib_loss")
+    try:
+        with pytest.raises(ConfigError, match="loss_mode='ext_lib_loss' is not a registered policy loss"):
+            check_ppo_config(cfg)
+        check_ppo_config(_with(cfg, actor_rollout_ref__model__external_lib="my_losses_for_check"))
+        with pytest.raises(ConfigError, match=r"actor_rollout_ref.model.external_lib='no_such_mod' cannot be"):
+            check_ppo_config(
+                _with(
+                    base_cfg,
+                    actor_rollout_ref__actor__policy_loss__loss_mode="x",
+                    **{"actor_rollout_ref__model__external_lib": "no_such_mod"},
+                )
+            )
+    finally:
+        core_algos.POLICY_LOSS_REGISTRY.pop("ext_lib_loss", None)
+        sys.modules.pop("my_losses_for_check", None)

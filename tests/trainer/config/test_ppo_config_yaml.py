@@ -40,6 +40,8 @@ EXPECTED_PPO = {
             "policy_loss": {
                 "loss_mode": "vanilla", "clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0,
                 "kl_cov_ratio": 0.0002, "ppo_kl_coef": 0.1,
+                # verl after v0.4 (spec 05 §10): SAPO's gate temperatures
+                "tau_pos": 1.0, "tau_neg": 1.05,
             },
             "clip_ratio_c": 3.0, "loss_agg_mode": "token-mean", "entropy_coeff": 0, "use_kl_loss": False,
             "use_torch_compile": True, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "ppo_epochs": 1,

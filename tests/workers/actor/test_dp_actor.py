@@ -229,11 +229,34 @@ def test_reference_actor_is_a_copy_that_does_not_train():
     assert ent is None and lp.shape == (B, T)
 
 
-@pytest.mark.parametrize("loss_mode", ["clip_cov", "kl_cov"])
-def test_registered_policy_losses_run_through_update(loss_mode):
+BUILT_IN_LOSSES = ["vanilla", "clip_cov", "kl_cov", "gspo", "gpg", "geo_mean", "sapo", "cispo"]
+
+
+@pytest.mark.parametrize("loss_mode", BUILT_IN_LOSSES + ["my_recipe_loss"])
+def test_update_dispatches_every_loss_mode_through_the_registry(loss_mode, monkeypatch):
+    """The actor calls whatever the registry holds under loss_mode (vanilla too, and a recipe's own loss) with the
+    micro batch, loss_agg_mode and its typed config, and reports that loss as actor/pg_loss."""
+    from verl.trainer.ppo import core_algos
+    from verl.workers.config import ActorConfig
+
+    registry = core_algos.POLICY_LOSS_REGISTRY
+    real = registry.get(loss_mode, registry["gpg"])
+    calls = []
+
+    def spy(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config):
+        out = real(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
+        calls.append((loss_agg_mode, config, out[0].item(), log_prob.requires_grad))
+        return out
+
+    monkeypatch.setitem(registry, loss_mode, spy)
     policy_loss = {"loss_mode": loss_mode, "clip_cov_ratio": 0.2, "clip_cov_lb": -10.0, "clip_cov_ub": 10.0}
     policy_loss.update(kl_cov_ratio=0.2, ppo_kl_coef=0.1)
-    model, metrics = _one_update(actor_config(policy_loss=policy_loss))
+    model, metrics = _one_update(actor_config(policy_loss=policy_loss, loss_agg_mode="seq-mean-token-mean"))
+    assert len(calls) == B // 2  # one call per micro batch of 2
+    assert metrics["actor/pg_loss"] == pytest.approx([c[2] for c in calls])
+    for agg, cfg, _, grad in calls:
+        assert agg == "seq-mean-token-mean" and grad
+        assert isinstance(cfg, ActorConfig) and cfg.policy_loss.loss_mode == loss_mode
     assert all(torch.isfinite(torch.tensor(metrics[k])).all() for k in metrics)
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), tiny_lm().parameters()))
 

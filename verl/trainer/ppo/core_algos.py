@@ -32,6 +32,13 @@ from verl.trainer.ppo.losses import (  # noqa: F401  (the losses are part of cor
     get_policy_loss_fn,
     register_policy_loss,
 )
+from verl.trainer.ppo.policy_loss_variants import (  # noqa: F401  (importing registers gspo, gpg, geo_mean, sapo, cispo)
+    compute_policy_loss_cispo,
+    compute_policy_loss_geo_mean,
+    compute_policy_loss_gpg,
+    compute_policy_loss_gspo,
+    compute_policy_loss_sapo,
+)
 
 __all__ = ["register_adv_est", "get_adv_estimator_fn", "AdvantageEstimator"]
 

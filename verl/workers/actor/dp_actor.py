@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
-from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss, get_policy_loss_fn, kl_penalty
+from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.utils.micro_batch import (
     append_metrics,
     autocast_context,
@@ -205,8 +205,8 @@ class DataParallelPPOActor(BasePPOActor):
         max_token_len = cfg.ppo_max_token_len_per_gpu * self.ulysses_sequence_parallel_size
         entropy_coeff = cfg.entropy_coeff
         loss_agg_mode = cfg.loss_agg_mode
-        loss_mode = cfg.policy_loss.loss_mode
-        clip_low, clip_high = cfg.clip_range
+        # every mode, vanilla included, through the registry: a recipe may register (or replace) any of them
+        policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
 
         metrics: dict[str, list] = {}
         for _ in range(cfg.ppo_epochs):
@@ -232,23 +232,9 @@ class DataParallelPPOActor(BasePPOActor):
                     )
                     old_log_prob = log_prob.detach() if on_policy else micro_batch["old_log_probs"]
 
-                    if loss_mode == "vanilla":
-                        pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = compute_policy_loss(
-                            old_log_prob=old_log_prob,
-                            log_prob=log_prob,
-                            advantages=advantages,
-                            response_mask=response_mask,
-                            cliprange=cfg.clip_ratio,
-                            cliprange_low=clip_low,
-                            cliprange_high=clip_high,
-                            clip_ratio_c=cfg.clip_ratio_c,
-                            loss_agg_mode=loss_agg_mode,
-                        )
-                    else:
-                        policy_loss_fn = get_policy_loss_fn(loss_mode)
-                        pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(
-                            old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, cfg
-                        )
+                    pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(
+                        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, cfg
+                    )
                     step_metrics = {
                         "actor/pg_loss": to_float(pg_loss),
                         "actor/pg_clipfrac": to_float(pg_clipfrac),

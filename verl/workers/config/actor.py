@@ -14,7 +14,7 @@ __all__ = ["ActorConfig", "PolicyLossConfig", "RefConfig"]
 
 @dataclass
 class PolicyLossConfig(BaseConfig):
-    """`actor.policy_loss`: the loss variant and the parameters of Clip-Cov / KL-Cov."""
+    """`actor.policy_loss`: the loss variant (any name registered with `register_policy_loss`) and its parameters."""
 
     loss_mode: str = "vanilla"
     clip_cov_ratio: float = 0.0002
@@ -22,6 +22,8 @@ class PolicyLossConfig(BaseConfig):
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
 
 
 @dataclass
