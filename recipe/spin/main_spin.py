@@ -32,35 +32,45 @@ def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _spin_key_rules(typed) -> list[tuple]:
+    """(dotted key, section holding it, name in the section, test, what is expected) for every SPIN key."""
+    actor, algorithm = typed.actor_rollout_ref.actor, typed.algorithm
+    selection = algorithm.get("pair_selection")
+    rules = [
+        ("actor_rollout_ref.actor.dpo_beta", actor, "dpo_beta", lambda v: _number(v) and v > 0, "a number > 0"),
+        ("actor_rollout_ref.actor.dpo_loss_type", actor, "dpo_loss_type", DPO_LOSS_TYPES.__contains__,
+         f"one of {list(DPO_LOSS_TYPES)}"),
+        ("actor_rollout_ref.actor.dpo_label_smoothing", actor, "dpo_label_smoothing",
+         lambda v: _number(v) and 0 <= v < 0.5, "a number in [0, 0.5)"),
+        ("trainer.ref_update_freq", typed.trainer, "ref_update_freq", _integer,
+         "an integer (> 0: refresh the reference every that many steps; <= 0: never)"),
+        ("algorithm.pair_selection", algorithm, "pair_selection", OmegaConf.is_dict,
+         "a section with strategy and min_score_gap"),
+    ]  # fmt: skip
+    if OmegaConf.is_dict(selection):
+        rules += [
+            ("algorithm.pair_selection.strategy", selection, "strategy", PAIR_STRATEGIES.__contains__,
+             f"one of {list(PAIR_STRATEGIES)}"),
+            ("algorithm.pair_selection.min_score_gap", selection, "min_score_gap", lambda v: _number(v) and v >= 0,
+             "a number >= 0"),
+        ]  # fmt: skip
+    return rules
+
+
 def check_spin_config(config) -> None:
     """SPIN's keys and the PPO settings SPIN cannot honour; raises one ConfigError listing every problem."""
     typed = PPOConfig.from_config(config)
     actor, algorithm = typed.actor_rollout_ref.actor, typed.algorithm
     errors = []
-
-    def need(key: str, holder, name: str, ok, expected: str):
-        if name not in holder:
+    for key, section, name, ok, expected in _spin_key_rules(typed):
+        if name not in section:
             errors.append(f"{key}: missing; expected {expected} (recipe/spin/config/spin_trainer.yaml sets it)")
-            return None
-        value = holder[name]
-        if not ok(value):
-            errors.append(f"{key}={value!r}: expected {expected}")
-        return value
-
-    need("actor_rollout_ref.actor.dpo_beta", actor, "dpo_beta", lambda v: _number(v) and v > 0, "a number > 0")
-    need("actor_rollout_ref.actor.dpo_loss_type", actor, "dpo_loss_type", DPO_LOSS_TYPES.__contains__,
-         f"one of {list(DPO_LOSS_TYPES)}")  # fmt: skip
-    need("actor_rollout_ref.actor.dpo_label_smoothing", actor, "dpo_label_smoothing",
-         lambda v: _number(v) and 0 <= v < 0.5, "a number in [0, 0.5)")  # fmt: skip
-    need("trainer.ref_update_freq", typed.trainer, "ref_update_freq", lambda v: isinstance(v, int) and not isinstance(v, bool),
-         "an integer (> 0: refresh the reference every that many steps; <= 0: never)")  # fmt: skip
-    selection = need("algorithm.pair_selection", algorithm, "pair_selection", OmegaConf.is_dict,
-                     "a section with strategy and min_score_gap")  # fmt: skip
-    if OmegaConf.is_dict(selection):
-        need("algorithm.pair_selection.strategy", selection, "strategy", PAIR_STRATEGIES.__contains__,
-             f"one of {list(PAIR_STRATEGIES)}")  # fmt: skip
-        need("algorithm.pair_selection.min_score_gap", selection, "min_score_gap", lambda v: _number(v) and v >= 0,
-             "a number >= 0")  # fmt: skip
+        elif not ok(section[name]):
+            errors.append(f"{key}={section[name]!r}: expected {expected}")
 
     rollout, model = typed.actor_rollout_ref.rollout, typed.actor_rollout_ref.model
     unsupported = [

@@ -68,7 +68,11 @@ def spin_data_metrics(batch: DataProto) -> dict[str, float]:
     for prefix, values in columns.items():
         values = values.float()
         metrics.update(
-            {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(), f"{prefix}/min": values.min().item()}
+            {
+                f"{prefix}/mean": values.mean().item(),
+                f"{prefix}/max": values.max().item(),
+                f"{prefix}/min": values.min().item(),
+            }
         )
     metrics["response_length/clip_ratio"] = torch.eq(info["response_length"], response_width).float().mean().item()
     metrics["prompt_length/clip_ratio"] = torch.eq(info["prompt_length"], prompt_width).float().mean().item()
