@@ -24,9 +24,9 @@ def workspace(tmp_path_factory):
         dist.destroy_process_group()
 
 
-def make_trainer(ws, extra=()):
+def make_trainer(ws, extra=(), resume_mode="disable"):
     config = compose_spin_config(
-        spin_overrides(ws) + ["trainer.n_gpus_per_node=1", "trainer.resume_mode=disable", *extra]
+        spin_overrides(ws) + ["trainer.n_gpus_per_node=1", f"trainer.resume_mode={resume_mode}", *extra]
     )
     prepare_spin_config(config)
     trainer = build_spin_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
@@ -76,3 +76,19 @@ def test_dpo_steps_and_reference_refresh(workspace):
     assert metrics["actor/dpo_loss"] < math.log(2)
     actor, ref = log_probs(trainer, batch)
     assert torch.allclose(actor, ref, atol=1e-6), (actor - ref).abs().max()
+
+
+def test_resume_refreshes_the_reference_from_the_loaded_actor(workspace, tmp_path):
+    # checkpoints hold the actor only; a resumed run makes its reference that actor (here step 1 of a run that
+    # refreshes every 2 steps: the closest the checkpoint allows, with a warning)
+    extra = [f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.ref_update_freq=2"]
+    trainer = make_trainer(workspace, extra)
+    batch, _ = step(trainer, 1, {})
+    trainer._save_checkpoint()
+    actor, ref = log_probs(trainer, batch)
+    assert not torch.allclose(actor, ref, atol=1e-4)
+
+    resumed = make_trainer(workspace, extra, resume_mode="auto")
+    assert resumed._load_checkpoint() == 1
+    resumed_actor, resumed_ref = log_probs(resumed, batch)
+    assert torch.allclose(resumed_actor, actor, atol=1e-6) and torch.allclose(resumed_ref, actor, atol=1e-6)
