@@ -6,9 +6,6 @@ training runs in a Ray actor. The policy worker is `SPINActorRolloutRefWorker`, 
 
 from __future__ import annotations
 
-import logging
-import os
-
 import hydra
 import ray
 from omegaconf import OmegaConf
@@ -16,9 +13,7 @@ from omegaconf import OmegaConf
 from recipe.spin.core_algos import DPO_LOSS_TYPES, PAIR_STRATEGIES
 from verl.trainer.config import PPOConfig
 from verl.trainer.config_validation import ConfigError
-from verl.trainer.main_ppo import prepare_config, ray_init_kwargs
-
-logger = logging.getLogger(__name__)
+from verl.trainer.main_ppo import TaskRunner, build_trainer, prepare_config, ray_init_kwargs
 
 __all__ = ["build_spin_trainer", "check_spin_config", "main", "prepare_spin_config", "run_spin"]
 
@@ -100,79 +95,25 @@ def prepare_spin_config(config) -> None:
     check_spin_config(config)
 
 
-def run_spin(config) -> None:
-    """Validate, start Ray (unless already running), and train in a ``SpinTaskRunner`` actor."""
-    prepare_spin_config(config)
-    if not ray.is_initialized():
-        ray.init(**ray_init_kwargs(config))
-    runner = SpinTaskRunner.remote()
-    ray.get(runner.run.remote(config))
+def _recipe_classes() -> dict:
+    from recipe.spin.fsdp_workers import SPINActorRolloutRefWorker
+    from recipe.spin.spin_trainer import RaySPINTrainer
+
+    return {"trainer_cls": RaySPINTrainer, "actor_rollout_cls": SPINActorRolloutRefWorker}
 
 
 def build_spin_trainer(config, ray_worker_group_cls=None):
     """The `RaySPINTrainer` of ``config`` (tokenizer, workers, rewards, data), before ``init_workers``."""
-    from recipe.spin.fsdp_workers import SPINActorRolloutRefWorker
-    from recipe.spin.spin_trainer import RaySPINTrainer
-    from verl.single_controller.ray import RayWorkerGroup
-    from verl.trainer.ppo.ray_trainer import ResourcePoolManager, Role
-    from verl.trainer.ppo.reward import load_reward_manager
-    from verl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
-    from verl.utils.fs import copy_to_local
-    from verl.utils.tokenizer import hf_processor, hf_tokenizer
-
-    typed = PPOConfig.from_config(config)
-    if typed.actor_rollout_ref.actor.strategy not in ("fsdp", "fsdp2"):
-        raise NotImplementedError("recipe.spin runs on the FSDP workers; set actor_rollout_ref.actor.strategy=fsdp")
-    model_cfg = typed.actor_rollout_ref.model
-    local_path = copy_to_local(model_cfg.path, use_shm=model_cfg.use_shm)
-    trust = typed.data.trust_remote_code
-    tokenizer = hf_tokenizer(local_path, trust_remote_code=trust)
-    processor = hf_processor(local_path, trust_remote_code=trust, use_fast=True)
-
-    pool = "global_pool"
-    role_worker_mapping = {Role.ActorRollout: ray.remote(SPINActorRolloutRefWorker)}
-    mapping = {Role.ActorRollout: pool}
-    if typed.reward_model.enable:
-        from verl.workers.fsdp_workers import RewardModelWorker
-
-        role_worker_mapping[Role.RewardModel] = ray.remote(RewardModelWorker)
-        mapping[Role.RewardModel] = pool
-    trainer_cfg = typed.trainer
-    resource_pool_manager = ResourcePoolManager(
-        resource_pool_spec={pool: [trainer_cfg.n_gpus_per_node] * trainer_cfg.nnodes},
-        mapping=mapping,
-        use_gpu=trainer_cfg.device != "cpu",
-    )
-    reward_kwargs = typed.reward_model.reward_kwargs
-    train_dataset = create_rl_dataset(typed.data.train_files, typed.data, tokenizer, processor)
-    return RaySPINTrainer(
-        config=config,
-        tokenizer=tokenizer,
-        processor=processor,
-        role_worker_mapping=role_worker_mapping,
-        resource_pool_manager=resource_pool_manager,
-        ray_worker_group_cls=ray_worker_group_cls or RayWorkerGroup,
-        reward_fn=load_reward_manager(typed, tokenizer, num_examine=0, **reward_kwargs),
-        val_reward_fn=load_reward_manager(typed, tokenizer, num_examine=1, **reward_kwargs),
-        train_dataset=train_dataset,
-        val_dataset=create_rl_dataset(typed.data.val_files, typed.data, tokenizer, processor),
-        collate_fn=collate_fn,
-        train_sampler=create_rl_sampler(typed.data, train_dataset),
-        device_name=trainer_cfg.device,
-    )
+    return build_trainer(config, ray_worker_group_cls, **_recipe_classes())
 
 
-@ray.remote(num_cpus=1)
-class SpinTaskRunner:
-    """Runs the SPIN controller inside the Ray cluster."""
-
-    def run(self, config) -> None:
-        logging.basicConfig(level=os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper())
-        print(OmegaConf.to_yaml(config, resolve=True))
-        OmegaConf.resolve(config)
-        trainer = build_spin_trainer(config)
-        trainer.init_workers()
-        trainer.fit()
+def run_spin(config) -> None:
+    """Validate, start Ray (unless already running), and train in main_ppo's ``TaskRunner`` with SPIN's classes."""
+    prepare_spin_config(config)
+    if not ray.is_initialized():
+        ray.init(**ray_init_kwargs(config))
+    runner = TaskRunner.remote()
+    ray.get(runner.run.remote(config, **_recipe_classes()))
 
 
 if __name__ == "__main__":

@@ -9,18 +9,9 @@ import pytest
 
 from recipe.spin.main_spin import prepare_spin_config
 from tests.recipe.spin.spin_test_utils import compose_spin_config, spin_overrides
-from tests.trainer.ppo_e2e_utils import make_workspace, parse_console_metrics, write_reward_fn
+from tests.trainer.ppo_e2e_utils import parse_console_metrics
 from verl.trainer.config_validation import ConfigError
 from verl.utils.run_report import load_history
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    root = tmp_path_factory.mktemp("main_spin")
-    ws = make_workspace(root)
-    ws["reward"] = write_reward_fn(root)
-    return ws
-
 
 BAD = [
     (["actor_rollout_ref.actor.dpo_beta=abc"], "actor_rollout_ref.actor.dpo_beta='abc'"),

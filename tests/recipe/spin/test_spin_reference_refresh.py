@@ -3,25 +3,12 @@ makes the reference the actor again (log-probs equal after it, different before)
 
 import math
 
-import pytest
 import torch
-import torch.distributed as dist
 
 from recipe.spin.main_spin import build_spin_trainer, prepare_spin_config
 from tests.recipe.spin.spin_test_utils import compose_spin_config, spin_overrides
-from tests.trainer.ppo_e2e_utils import make_workspace, write_reward_fn
 from verl import DataProto
 from verl.single_controller.inprocess import InProcessWorkerGroup
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    root = tmp_path_factory.mktemp("spin_inprocess")
-    ws = make_workspace(root)
-    ws["reward"] = write_reward_fn(root)
-    yield ws
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def make_trainer(ws, extra=(), resume_mode="disable"):
