@@ -47,8 +47,7 @@ def test_good_spin_config_passes(workspace):
 def test_main_spin_two_steps_on_two_workers(workspace, tmp_path):
     run_dir = tmp_path / "run"
     env = dict(os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
-    # a Ray cluster of its own, even when another one runs on this machine (ray.init would join that instead)
-    env["RAY_ADDRESS"] = "local"
+    env.pop("RAY_ADDRESS", None)  # a local cluster of its own (main_ppo joins the cluster RAY_ADDRESS names)
     result = subprocess.run(
         [
             sys.executable,
