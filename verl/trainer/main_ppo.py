@@ -94,9 +94,12 @@ def worker_classes(config):
     raise NotImplementedError(f"actor_rollout_ref.actor.strategy={strategy!r}; expected fsdp, fsdp2 or megatron")
 
 
-def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None):
-    """Everything ``TaskRunner.run`` builds before ``init_workers``: tokenizer, roles, pools, rewards, data; the
-    trainer is a ``trainer_cls`` (a recipe's RayPPOTrainer subclass; default RayPPOTrainer)."""
+def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rollout_cls=None):
+    """Everything ``TaskRunner.run`` builds before ``init_workers``: tokenizer, roles, pools, rewards, data.
+
+    A recipe passes its own ``trainer_cls`` (a RayPPOTrainer subclass; default RayPPOTrainer) and
+    ``actor_rollout_cls`` (the policy worker class, also used for a separate reference) instead of copying this.
+    """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
     from verl.utils.dataset.rl_dataset import collate_fn
     from verl.utils.fs import copy_to_local
@@ -110,6 +113,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None):
     processor = hf_processor(local_path, trust_remote_code=trust, use_fast=True)
 
     actor_cls, critic_cls, default_wg_cls = worker_classes(config)
+    actor_cls = actor_rollout_cls or actor_cls
     role_worker_mapping = {Role.ActorRollout: ray.remote(actor_cls), Role.Critic: ray.remote(critic_cls)}
     pool = "global_pool"
     mapping = {Role.ActorRollout: pool, Role.Critic: pool}
@@ -152,11 +156,12 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None):
 class TaskRunner:
     """Runs the single controller inside the Ray cluster (so it survives the driver's terminal closing)."""
 
-    def run(self, config, trainer_cls=None) -> None:
+    def run(self, config, trainer_cls=None, actor_rollout_cls=None) -> None:
+        """Build the trainer (a recipe's ``trainer_cls`` / ``actor_rollout_cls``, see build_trainer) and train."""
         logging.basicConfig(level=os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper())
         print(OmegaConf.to_yaml(config, resolve=True))
         OmegaConf.resolve(config)
-        trainer = build_trainer(config, trainer_cls=trainer_cls)
+        trainer = build_trainer(config, trainer_cls=trainer_cls, actor_rollout_cls=actor_rollout_cls)
         trainer.init_workers()
         trainer.fit()
 
