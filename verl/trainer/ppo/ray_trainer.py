@@ -431,8 +431,12 @@ class RayPPOTrainer:
     # --------------------------------------------------------------------------------------------------- loop
     def train_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto, dict]:
         """One RL step on a batch of prompts; returns the full batch and its metrics."""
-        metrics: dict = {}
         batch = self._generate(batch, timing_raw)
+        return self._train_on_rollouts(batch, {}, timing_raw)
+
+    def _train_on_rollouts(self, batch: DataProto, metrics: dict, timing_raw: dict) -> tuple[DataProto, dict]:
+        """A step after generation (reward, log-probs, values, advantages, updates); a recipe that selects or
+        regenerates rollouts overrides ``train_step`` and hands its final batch (n per prompt, with uid) here."""
         if self.ppo_config.trainer.balance_batch:
             self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
@@ -567,13 +571,19 @@ class RayPPOTrainer:
     def _save_checkpoint(self) -> None:
         """Save and publish the checkpoint of ``global_steps``."""
         critic_wg = self.critic_wg if self.use_critic else None
-        self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader)
+        extra = self._extra_checkpoint_groups()
+        self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader, extra)
 
     def _load_checkpoint(self) -> int:
         """Resume as ``trainer.resume_mode`` says; sets and returns ``global_steps`` (0: from scratch)."""
         critic_wg = self.critic_wg if self.use_critic else None
-        self.global_steps = self.checkpointer.load(self.actor_rollout_wg, critic_wg, self.train_dataloader)
+        extra = self._extra_checkpoint_groups()
+        self.global_steps = self.checkpointer.load(self.actor_rollout_wg, critic_wg, self.train_dataloader, extra)
         return self.global_steps
+
+    def _extra_checkpoint_groups(self) -> dict:
+        """``{folder name: worker group}`` a recipe checkpoints with each step and restores on resume."""
+        return {}
 
     def _make_reporter(self):
         """Progress bar with ETA, learning curve and report.md in the experiment folder (``trainer.run_report``)."""
