@@ -89,8 +89,12 @@ def worker_classes(config):
     raise NotImplementedError(f"actor_rollout_ref.actor.strategy={strategy!r}; expected fsdp, fsdp2 or megatron")
 
 
-def build_trainer(config, ray_worker_group_cls=None):
-    """Everything ``TaskRunner.run`` builds before ``init_workers``: tokenizer, roles, pools, rewards, data."""
+def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, reward_model_cls=None):
+    """Everything ``TaskRunner.run`` builds before ``init_workers``: tokenizer, roles, pools, rewards, data.
+
+    A recipe passes its own ``trainer_cls`` (a RayPPOTrainer subclass) and ``reward_model_cls`` (the worker of
+    ``Role.RewardModel`` when ``reward_model.enable``); by default RayPPOTrainer and RewardModelWorker.
+    """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
     from verl.utils.dataset.rl_dataset import collate_fn
     from verl.utils.fs import copy_to_local
@@ -110,7 +114,7 @@ def build_trainer(config, ray_worker_group_cls=None):
     if config.reward_model.enable:
         from verl.workers.fsdp_workers import RewardModelWorker
 
-        role_worker_mapping[Role.RewardModel] = ray.remote(RewardModelWorker)
+        role_worker_mapping[Role.RewardModel] = ray.remote(reward_model_cls or RewardModelWorker)
         mapping[Role.RewardModel] = pool
     if config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
         role_worker_mapping[Role.RefPolicy] = ray.remote(actor_cls)
@@ -125,7 +129,7 @@ def build_trainer(config, ray_worker_group_cls=None):
     val_reward_fn = load_reward_manager(typed, tokenizer, num_examine=1, **reward_kwargs)
     train_dataset = create_rl_dataset(typed.data.train_files, typed.data, tokenizer, processor)
     val_dataset = create_rl_dataset(typed.data.val_files, typed.data, tokenizer, processor)
-    return RayPPOTrainer(
+    return (trainer_cls or RayPPOTrainer)(
         config=config,
         tokenizer=tokenizer,
         processor=processor,
