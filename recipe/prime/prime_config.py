@@ -160,14 +160,19 @@ def prime_algorithm_coefs(config) -> tuple[float, float]:
 def check_prime_config(config) -> None:
     """Refuse a PRIME config whose recipe keys have a wrong type or value (ConfigError naming the key).
 
-    Also checks what the recipe needs of the shared keys: the reward model on, ``rollout.n >= 2`` (leave-one-out
-    baselines) and a generation batch that the workers can split evenly.
+    Also checks what the recipe needs of the shared keys: the reward model on, no KL in the reward (the advantage
+    does not read it), ``rollout.n >= 2`` (leave-one-out baselines) and a generation batch the workers split evenly.
     """
     data = PrimeDataSettings.from_config(config)
     prime_algorithm_coefs(config)
     if not _flag(config, "reward_model.enable"):
         raise ConfigError("reward_model.enable=False: PRIME trains an implicit process reward model; set it True")
     PrimeRewardModelSettings.from_config(_get(config, "reward_model"))
+    if _flag(config, "algorithm.use_kl_in_reward"):
+        raise ConfigError(
+            "algorithm.use_kl_in_reward=True: the PRIME advantage is built from the PRM's rewards and the verifier's "
+            "outcome only; regularise with actor_rollout_ref.actor.use_kl_loss=True instead"
+        )
     n = _positive_int(config, "actor_rollout_ref.rollout.n")
     if n < 2:
         raise ConfigError(f"actor_rollout_ref.rollout.n={n} must be >= 2: PRIME's baselines leave one response out")

@@ -14,7 +14,7 @@ from recipe.prime.prime_config import PrimeDataSettings, check_prime_config
 from recipe.prime.prime_core_algos import compute_ce_loss_rm, compute_dpo_loss_rm, compute_prime_advantage_return
 from recipe.prime.prime_dp_rm import implicit_rewards
 from recipe.prime.prime_ray_trainer import group_broadcast, select_prompts
-from tests.recipe.prime.prime_test_utils import compose_prime_config
+from tests.recipe.prime.prime_test_utils import CONFIG_DIR, compose_prime_config
 from verl.utils.batch_sizes import ConfigError
 
 UID = np.array(["a", "a", "b", "b"], dtype=object)
@@ -119,6 +119,7 @@ def test_group_broadcast_follows_uids_not_positions():
         ("algorithm.reward_gt_coef=high", "algorithm.reward_gt_coef='high' must be a number"),
         ("actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.n=1 must be >= 2"),
         ("reward_model.enable=False", "reward_model.enable=False"),
+        ("algorithm.use_kl_in_reward=True", "with actor_rollout_ref.actor.use_kl_loss=True instead"),
     ],
 )
 def test_bad_prime_keys_are_refused_naming_the_key(override, message):
@@ -140,3 +141,29 @@ def test_main_prime_refuses_a_bad_key_before_ray_starts(tmp_path):
     assert result.returncode != 0
     assert "data.accuracy_lower_bound=0.9 must be <= data.accuracy_upper_bound=0.8" in result.stderr
     assert "ray.init" not in result.stderr and "Started a local Ray instance" not in result.stderr
+
+
+def _script_overrides(script: str) -> list[str]:
+    """The ``key=value`` lines of a run script, shell variables filled in as a user's shell would."""
+    variables = {
+        "$model_path": "Qwen/Qwen2.5-0.5B-Instruct",
+        '"$train_files"': "['a.parquet']",
+        '"$test_files"': "['b.parquet']",
+    }
+    out = []
+    with open(os.path.join(os.path.dirname(CONFIG_DIR), script)) as f:
+        for line in f:
+            text = line.strip().removesuffix("\\").strip().removesuffix('"$@"').strip()
+            key, sep, value = text.partition("=")
+            if not sep or "." not in key or " " in key:
+                continue
+            out.append(f"{key}={variables.get(value, value)}")
+    return out
+
+
+@pytest.mark.parametrize("script", ["run_prime_qwen2.5-0.5b.sh", "run_prime_cpu.sh"])
+def test_run_scripts_compose_and_pass_the_checks(script):
+    overrides = _script_overrides(script)
+    assert len(overrides) > 15, overrides
+    config = compose_prime_config(overrides)  # an unknown key fails to compose
+    check_prime_config(config)
