@@ -6,17 +6,13 @@ a Ray actor as with ``main_ppo``.
 
 from __future__ import annotations
 
-import logging
-import os
-
 import hydra
 import ray
-from omegaconf import OmegaConf
 
 from recipe.prime.prime_config import check_prime_config
-from verl.trainer.main_ppo import build_trainer, prepare_config, ray_init_kwargs
+from verl.trainer.main_ppo import TaskRunner, build_trainer, prepare_config, ray_init_kwargs
 
-__all__ = ["PrimeTaskRunner", "build_prime_trainer", "main", "prepare_prime_config", "run_prime"]
+__all__ = ["build_prime_trainer", "main", "prepare_prime_config", "run_prime"]
 
 
 @hydra.main(config_path="config", config_name="prime_trainer", version_base=None)
@@ -41,24 +37,12 @@ def build_prime_trainer(config, ray_worker_group_cls=None):
 
 
 def run_prime(config) -> None:
-    """Validate, start Ray (unless already running), and train in a ``PrimeTaskRunner`` actor."""
+    """Validate, start Ray (unless already running), and train in a Ray actor."""
     prepare_prime_config(config)
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(config))
-    ray.get(PrimeTaskRunner.remote().run.remote(config))
-
-
-@ray.remote(num_cpus=1)
-class PrimeTaskRunner:
-    """Runs the PRIME single controller inside the Ray cluster."""
-
-    def run(self, config) -> None:
-        logging.basicConfig(level=os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper())
-        print(OmegaConf.to_yaml(config, resolve=True))
-        OmegaConf.resolve(config)
-        trainer = build_prime_trainer(config)
-        trainer.init_workers()
-        trainer.fit()
+    # main_ppo's task runner, building the PRIME trainer
+    ray.get(TaskRunner.remote().run.remote(config, build_prime_trainer))
 
 
 if __name__ == "__main__":

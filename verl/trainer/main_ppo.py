@@ -150,11 +150,12 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, reward_mo
 class TaskRunner:
     """Runs the single controller inside the Ray cluster (so it survives the driver's terminal closing)."""
 
-    def run(self, config) -> None:
+    def run(self, config, build=None) -> None:
+        """Build the trainer (``build(config)``, a recipe's builder, or `build_trainer`), its workers, and train."""
         logging.basicConfig(level=os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper())
         print(OmegaConf.to_yaml(config, resolve=True))
         OmegaConf.resolve(config)
-        trainer = build_trainer(config)
+        trainer = (build or build_trainer)(config)
         trainer.init_workers()
         trainer.fit()
 

@@ -120,7 +120,9 @@ def test_main_prime_two_steps_on_cpu(workspace, tmp_path):
         f"trainer.default_local_dir={tmp_path}/ckpt",
         "trainer.save_freq=2",
     ]
+    # a cluster of its own, even where another run on this machine left one started
     env = dict(os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
+    env["RAY_ADDRESS"] = "local"
     result = subprocess.run(
         [sys.executable, "-m", "recipe.prime.main_prime", *overrides],
         cwd=tmp_path,
