@@ -94,11 +94,12 @@ def worker_classes(config):
     raise NotImplementedError(f"actor_rollout_ref.actor.strategy={strategy!r}; expected fsdp, fsdp2 or megatron")
 
 
-def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rollout_cls=None):
+def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rollout_cls=None, reward_model_cls=None):
     """Everything ``TaskRunner.run`` builds before ``init_workers``: tokenizer, roles, pools, rewards, data.
 
-    A recipe passes its own ``trainer_cls`` (a RayPPOTrainer subclass; default RayPPOTrainer) and
-    ``actor_rollout_cls`` (the policy worker class, also used for a separate reference) instead of copying this.
+    A recipe passes its own ``trainer_cls`` (a RayPPOTrainer subclass; default RayPPOTrainer), ``actor_rollout_cls``
+    (the policy worker class, also used for a separate reference) and ``reward_model_cls`` (the worker of
+    ``Role.RewardModel`` when ``reward_model.enable``; default RewardModelWorker) instead of copying this.
     """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
     from verl.utils.dataset.rl_dataset import collate_fn
@@ -120,7 +121,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
     if config.reward_model.enable:
         from verl.workers.fsdp_workers import RewardModelWorker
 
-        role_worker_mapping[Role.RewardModel] = ray.remote(RewardModelWorker)
+        role_worker_mapping[Role.RewardModel] = ray.remote(reward_model_cls or RewardModelWorker)
         mapping[Role.RewardModel] = pool
     if config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
         role_worker_mapping[Role.RefPolicy] = ray.remote(actor_cls)
@@ -156,12 +157,14 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
 class TaskRunner:
     """Runs the single controller inside the Ray cluster (so it survives the driver's terminal closing)."""
 
-    def run(self, config, trainer_cls=None, actor_rollout_cls=None) -> None:
-        """Build the trainer (a recipe's ``trainer_cls`` / ``actor_rollout_cls``, see build_trainer) and train."""
+    def run(self, config, trainer_cls=None, actor_rollout_cls=None, reward_model_cls=None) -> None:
+        """Build the trainer (a recipe's classes, see build_trainer), its workers, and train."""
         logging.basicConfig(level=os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper())
         print(OmegaConf.to_yaml(config, resolve=True))
         OmegaConf.resolve(config)
-        trainer = build_trainer(config, trainer_cls=trainer_cls, actor_rollout_cls=actor_rollout_cls)
+        trainer = build_trainer(
+            config, trainer_cls=trainer_cls, actor_rollout_cls=actor_rollout_cls, reward_model_cls=reward_model_cls
+        )
         trainer.init_workers()
         trainer.fit()
 

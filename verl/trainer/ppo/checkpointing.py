@@ -32,8 +32,9 @@ class TrainerCheckpointer:
             return 1, 1
         return self.config.max_actor_ckpt_to_keep, self.config.max_critic_ckpt_to_keep
 
-    def save(self, step: int, actor_rollout_wg, critic_wg, train_dataloader) -> None:
-        """Save actor, critic (if any) and dataloader state for ``step`` and publish them as one checkpoint."""
+    def save(self, step: int, actor_rollout_wg, critic_wg, train_dataloader, extra_groups: dict | None = None) -> None:
+        """Save actor, critic (if any), ``extra_groups`` (``{folder name: worker group}``, a recipe's own trained
+        models) and dataloader state for ``step`` and publish them as one checkpoint."""
         from verl.utils.checkpoint.checkpoint_manager import (
             publish_checkpoint,
             remove_old_checkpoints,
@@ -54,6 +55,8 @@ class TrainerCheckpointer:
         actor_rollout_wg.save_checkpoint(os.path.join(staging, "actor"), remote("actor"), step, None)
         if critic_wg is not None:
             critic_wg.save_checkpoint(os.path.join(staging, "critic"), remote("critic"), step, None)
+        for name, group in (extra_groups or {}).items():
+            group.save_checkpoint(os.path.join(staging, name), remote(name), step, None)
         torch.save(train_dataloader.state_dict(), os.path.join(staging, "data.pt"))
         publish_checkpoint(staging, final, metadata={"global_step": step})
         write_tracker(self.root, step)
@@ -89,8 +92,11 @@ class TrainerCheckpointer:
             logger.warning("%s was never published as a complete checkpoint; resuming from it anyway", folder)
         return folder
 
-    def load(self, actor_rollout_wg, critic_wg, train_dataloader) -> int:
-        """Resume from the latest (or the named) checkpoint; returns the restored global step (0: from scratch)."""
+    def load(self, actor_rollout_wg, critic_wg, train_dataloader, extra_groups: dict | None = None) -> int:
+        """Resume from the latest (or the named) checkpoint; returns the restored global step (0: from scratch).
+
+        ``extra_groups`` (``{folder name: worker group}``) are restored from their folders, which must exist.
+        """
         folder = self._resume_folder()
         if folder is None:
             return 0
@@ -100,6 +106,11 @@ class TrainerCheckpointer:
         actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"), del_local_after_load=delete_after)
         if critic_wg is not None:
             critic_wg.load_checkpoint(os.path.join(folder, "critic"), del_local_after_load=delete_after)
+        for name, group in (extra_groups or {}).items():
+            part = os.path.join(folder, name)
+            if not os.path.isdir(part):
+                raise FileNotFoundError(f"{part} is missing: the checkpoint {folder} was not saved by this trainer")
+            group.load_checkpoint(part, del_local_after_load=delete_after)
         data_path = os.path.join(folder, "data.pt")
         if os.path.exists(data_path):
             train_dataloader.load_state_dict(torch.load(data_path, weights_only=False))

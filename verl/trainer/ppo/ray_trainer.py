@@ -533,13 +533,19 @@ class RayPPOTrainer:
     def _save_checkpoint(self) -> None:
         """Save and publish the checkpoint of ``global_steps``."""
         critic_wg = self.critic_wg if self.use_critic else None
-        self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader)
+        extra = self._extra_checkpoint_groups()
+        self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader, extra)
 
     def _load_checkpoint(self) -> int:
         """Resume as ``trainer.resume_mode`` says; sets and returns ``global_steps`` (0: from scratch)."""
         critic_wg = self.critic_wg if self.use_critic else None
-        self.global_steps = self.checkpointer.load(self.actor_rollout_wg, critic_wg, self.train_dataloader)
+        extra = self._extra_checkpoint_groups()
+        self.global_steps = self.checkpointer.load(self.actor_rollout_wg, critic_wg, self.train_dataloader, extra)
         return self.global_steps
+
+    def _extra_checkpoint_groups(self) -> dict:
+        """``{folder name: worker group}`` a recipe checkpoints with each step and restores on resume."""
+        return {}
 
     def _make_reporter(self):
         """Progress bar with ETA, learning curve and report.md in the experiment folder (``trainer.run_report``)."""
