@@ -16,6 +16,7 @@ def ray_cluster():
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # never a cluster another process left running on this machine
             num_cpus=4,
             include_dashboard=False,
             log_to_driver=False,

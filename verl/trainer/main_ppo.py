@@ -48,15 +48,17 @@ def ray_init_kwargs(config) -> dict:
     """Arguments for ``ray.init``: enough logical CPUs on a CPU box for the task runner plus one per worker, and no
     dashboard there unless asked for (memory is what a CPU box runs out of)."""
     typed = PPOConfig.from_config(config)
-    if os.environ.get("RAY_ADDRESS"):
-        # joining a running cluster (`ray start` on each node, RAY_ADDRESS=head:port): its nodes already declared
-        # their resources and dashboard, and ray.init refuses num_cpus / include_dashboard when connecting
+    if os.environ.get("RAY_ADDRESS", "local") != "local":
+        # joining a running cluster (`ray start` on each node, RAY_ADDRESS=head:port, or `ray job submit`): its nodes
+        # already declared their resources and dashboard, and ray.init refuses num_cpus / include_dashboard there
         return {"runtime_env": {"env_vars": dict(_RAY_ENV)}}
     on_cpu = typed.trainer.device == "cpu"
     num_cpus = typed.ray_init.num_cpus
     if num_cpus is None and on_cpu:
         num_cpus = max(os.cpu_count() or 1, typed.trainer.world_size + 1)
-    kwargs = {"runtime_env": {"env_vars": dict(_RAY_ENV)}, "num_cpus": num_cpus}
+    # a cluster of our own: without address="local", ray.init joins whatever cluster the machine's last `ray start`
+    # recorded in /tmp/ray/ray_current_cluster (another user's, or a stopped one), and fails on num_cpus there
+    kwargs = {"address": "local", "runtime_env": {"env_vars": dict(_RAY_ENV)}, "num_cpus": num_cpus}
     include_dashboard = typed.ray_init.include_dashboard
     if include_dashboard is not None or on_cpu:
         kwargs["include_dashboard"] = bool(include_dashboard)

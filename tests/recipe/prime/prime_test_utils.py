@@ -36,6 +36,7 @@ def prime_overrides(ws: dict, steps: int = 2, workers: int = 1) -> list[str]:
         "reward_model.model.optim.lr=1e-2",
         f"custom_reward_function.path={ws['reward']}",
         "trainer.logger=['console']",
+        "trainer.console_format=full",  # the e2e test reads every metric from the console line
         f"trainer.n_gpus_per_node={workers}",
         "trainer.nnodes=1",
         "trainer.device=cpu",

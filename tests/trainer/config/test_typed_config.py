@@ -109,3 +109,8 @@ def test_ray_init_kwargs_join_a_running_cluster_without_resource_arguments(monke
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
     kwargs = ray_init_kwargs(_compose(["trainer.device=cpu", "trainer.n_gpus_per_node=3"]))
     assert set(kwargs) == {"runtime_env"} and kwargs["runtime_env"]["env_vars"]
+    # without RAY_ADDRESS (or with "local") the job starts a cluster of its own, never a stale one from `ray start`
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert ray_init_kwargs(_compose(["trainer.device=cpu"]))["address"] == "local"
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert ray_init_kwargs(_compose(["trainer.device=cpu"]))["address"] == "local"
