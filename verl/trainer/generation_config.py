@@ -120,10 +120,13 @@ def _check_device(config, problems: list[str]) -> None:
 
 
 def check_generation_config(config: DictConfig) -> None:
-    """Check a ``generation`` config and resolve ``trainer.device`` (auto -> the device this process has).
+    """Check a ``generation`` config; resolve ``trainer.device`` (auto -> this process's device) and builtin:// paths.
 
     Raises ConfigError listing every problem, each naming the key, the value and what is expected.
     """
+    from verl.utils.builtin_assets import resolve_builtin_paths
+
+    resolve_builtin_paths(config)  # builtin://... (the shipped model and data) -> files under verl/assets
     problems: list[str] = []
     try:
         with open_dict(config):
