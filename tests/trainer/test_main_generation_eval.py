@@ -23,11 +23,11 @@ from verl.utils.tiny_model import make_tiny_model_dir
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "verl", "trainer", "config")
 
 # scores every response by its length's parity: cheap, and both 0 and 1 occur among random-model outputs
-REWARD_FN = '''
+REWARD_FN = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     bonus = 1.0 if data_source == "src/b" else 0.0
     return {"score": float(len(solution_str) % 2) + bonus, "acc": len(solution_str) % 2 == 1}
-'''
+"""
 
 
 def compose_config(name: str, overrides: list[str]):
@@ -112,8 +112,8 @@ def test_generation_then_eval_round_trip(workspace):
 
 
 def test_tokenize_chats_left_pads_and_keeps_the_prompt_end():
-    from verl.utils.tokenizer import hf_tokenizer
     from verl.utils.tiny_model import shipped_tokenizer_path
+    from verl.utils.tokenizer import hf_tokenizer
 
     tokenizer = hf_tokenizer(shipped_tokenizer_path())
     chats = [[{"role": "user", "content": "1+1="}], [{"role": "user", "content": "long " * 20 + "2+2="}]]
@@ -141,10 +141,7 @@ def test_pass_at_k_per_data_source_from_a_hand_built_file(tmp_path):
     ]
     path = tmp_path / "responses.parquet"
     pd.DataFrame(
-        [
-            {"data_source": s, "responses": r, "reward_model": {"ground_truth": g}, "prompt": "p"}
-            for s, r, g in rows
-        ]
+        [{"data_source": s, "responses": r, "reward_model": {"ground_truth": g}, "prompt": "p"} for s, r, g in rows]
     ).to_parquet(path)
     metrics = evaluate(compose_config("evaluation", [f"data.path={path}"]))  # no custom fn: built-in rules
     assert metrics == pytest.approx(
@@ -170,7 +167,7 @@ def test_pass_at_k_estimator_by_hand():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"data.path": "/nonexistent/prompts.parquet"}, "data.path: file '/nonexistent/prompts.parquet' does not exist"),
+        ({"data.path": "/nonexistent/p.parquet"}, "data.path: file '/nonexistent/p.parquet' does not exist"),
         ({"model.path": "/nonexistent/model"}, "model.path: '/nonexistent/model' is not a model directory"),
         ({"data.prompt_key": "question"}, "data.prompt_key='question' is not a column of data.path"),
         ({"rollout.temperature": 0}, "data.n_samples=3 needs rollout.temperature > 0, got 0"),
@@ -213,9 +210,8 @@ def test_every_problem_is_reported_at_once_and_greedy_single_sample_is_fine(work
 )
 def test_bad_eval_config_is_refused_naming_the_key(tmp_path, overrides, message):
     path = tmp_path / "responses.parquet"
-    pd.DataFrame([{"data_source": "openai/gsm8k", "responses": ["#### 1"], "reward_model": {"ground_truth": "1"}}]).to_parquet(
-        path
-    )
+    row = {"data_source": "openai/gsm8k", "responses": ["#### 1"], "reward_model": {"ground_truth": "1"}}
+    pd.DataFrame([row]).to_parquet(path)
     config = compose_config("evaluation", [f"data.path={path}", *overrides])
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
         evaluate(config)

@@ -103,7 +103,7 @@ def _check_rollout(config, world_size: int | None, problems: list[str]) -> None:
         )
     strategy = OmegaConf.select(config, "actor.strategy", default="fsdp")
     if strategy not in STRATEGIES:
-        problems.append(f"actor.strategy={strategy!r} is not supported by main_generation; expected one of {STRATEGIES}")
+        problems.append(f"actor.strategy={strategy!r} is not supported here; expected one of {STRATEGIES}")
 
 
 def _check_device(config, problems: list[str]) -> None:

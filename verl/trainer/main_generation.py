@@ -127,7 +127,7 @@ def run_generation(config, worker_group_cls=None) -> pd.DataFrame:
     from verl.utils.tokenizer import hf_tokenizer
 
     local_model = copy_to_local(config.model.path)
-    trust_remote_code = bool(config.model.get("trust_remote_code", False))
+    trust_remote_code = bool(OmegaConf.select(config, "model.trust_remote_code", default=False))
     tokenizer = hf_tokenizer(local_model, trust_remote_code=trust_remote_code)
     dataset = pd.read_parquet(copy_to_local(config.data.path))
     chats = _chats(dataset, config.data.prompt_key)
@@ -147,7 +147,7 @@ def run_generation(config, worker_group_cls=None) -> pd.DataFrame:
         hdfs_io.makedirs(output_dir, exist_ok=True)
     dataset.to_parquet(output_path)
     print(f"wrote {len(dataset)} rows x {config.data.n_samples} responses to {output_path}")
-    timeline = config.get("ray_init", {}).get("timeline_json_file")
+    timeline = OmegaConf.select(config, "ray_init.timeline_json_file")
     if timeline and ray.is_initialized():
         ray.timeline(filename=timeline)
     return dataset
