@@ -127,6 +127,11 @@ def check_generation_config(config: DictConfig) -> None:
     from verl.utils.builtin_assets import resolve_builtin_paths
 
     resolve_builtin_paths(config)  # builtin://... (the shipped model and data) -> files under verl/assets
+    with open_dict(config):  # verl's configs write ~/data/...; every later reader (workers too) gets the real path
+        for key in ("data.path", "data.output_path", "model.path"):
+            value = OmegaConf.select(config, key)
+            if isinstance(value, str) and value.startswith("~"):
+                OmegaConf.update(config, key, os.path.expanduser(value))
     problems: list[str] = []
     try:
         with open_dict(config):
