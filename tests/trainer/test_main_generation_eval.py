@@ -225,41 +225,26 @@ def test_command_lines_on_two_ray_workers(workspace, tmp_path):
     import subprocess
     import sys
 
+    repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # a fresh local Ray: never attach to a cluster another process on this machine left running
+    env = {**os.environ, "PYTHONPATH": repo_root, "RAY_ADDRESS": "local"}
+
+    def run(entry: str, args: list[str]) -> str:
+        command = [sys.executable, "-m", f"verl.trainer.{entry}", *args]
+        done = subprocess.run(command, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return done.stdout
+
     output = tmp_path / "cli" / "generated.parquet"
     overrides = generation_overrides(
         workspace,
         **{"trainer.n_gpus_per_node": 2, "data.n_samples": 1, "data.batch_size": 3, "data.output_path": str(output)},
     )
-    repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    # a fresh local Ray: never attach to a cluster another process on this machine left running
-    env = {**os.environ, "PYTHONPATH": repo_root, "RAY_ADDRESS": "local"}
-    gen = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_generation", *overrides, "ray_init.num_cpus=3"],
-        cwd=str(tmp_path),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert gen.returncode == 0, gen.stderr[-4000:]
+    run("main_generation", [*overrides, "ray_init.num_cpus=3"])
     written = pd.read_parquet(output)
     assert len(written) == 5 and all(len(r) == 1 for r in written["responses"])
-    ev = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl.trainer.main_eval",
-            f"data.path={output}",
-            f"custom_reward_function.path={workspace['reward']}",
-        ],
-        cwd=str(tmp_path),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert ev.returncode == 0, ev.stderr[-4000:]
-    metrics = ast.literal_eval(ev.stdout.strip().splitlines()[-1])
+    stdout = run("main_eval", [f"data.path={output}", f"custom_reward_function.path={workspace['reward']}"])
+    metrics = ast.literal_eval(stdout.strip().splitlines()[-1])
     odd = [len(r[0]) % 2 for r in written["responses"]]
     assert metrics["pass@1/src/a"] == pytest.approx(np.mean(odd[0::2]))
     assert metrics["test_score/src/b"] == pytest.approx(np.mean(odd[1::2]) + 1.0)
