@@ -164,7 +164,8 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             offload_param=self._is_actor and fsdp_config.param_offload,
             offload_optimizer=self._is_actor and fsdp_config.optimizer_offload,
         )
-        normalize_actor_batch_sizes(config, world_size).apply_to(config)
+        if role != "rollout":  # a standalone rollout (main_generation) neither trains nor computes log-probs
+            normalize_actor_batch_sizes(config, world_size).apply_to(config)
         # the engines read these from their own section (verl copies them from model.*)
         for section in (config.actor, config.ref):
             section.use_remove_padding = config.model.use_remove_padding
@@ -187,7 +188,10 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             chat_template=model_cfg.custom_chat_template,
         )
         self.tokenizer, self.local_path, self.hf_config = files.tokenizer, files.local_path, files.hf_config
-        section = self.config.actor if trainable else self.config.ref
+        # a standalone rollout samples from a copy built like the actor's (its strategy and fsdp_config, resident on
+        # the device) but without an optimizer; only the reference is the frozen, offloaded copy
+        as_actor = trainable or self.role == "rollout"
+        section = self.config.actor if as_actor else self.config.ref
         module = build_fsdp_model(
             AutoModelForCausalLM,
             files,
@@ -198,7 +202,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             trust_remote_code=model_cfg.trust_remote_code,
             gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
             lora_config=model_cfg if trainable and self._is_lora else None,
-            cpu_offload=None if trainable else True,
+            cpu_offload=None if as_actor else True,
         )
         if not trainable:
             return module, None, None
