@@ -94,14 +94,15 @@ def build_worker(args):
 
 
 def _devices(tensors) -> list[str]:
-    return sorted({t.device.type for t in tensors})
+    """The device types holding ``tensors`` (an FSDP2 DTensor counts where its local shard is)."""
+    return sorted({(t.to_local() if hasattr(t, "to_local") else t).device.type for t in tensors})
 
 
 def where_state_lives(worker) -> dict:
     """Device types of the actor's parameters and optimizer state, and the accelerator memory in use."""
     from verl.utils.device import get_torch_device, is_accelerator_available
 
-    params = [p.to_local() if hasattr(p, "to_local") else p for p in worker.actor_module.parameters()]
+    params = list(worker.actor_module.parameters())
     optim = [v for s in worker.actor_optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
     allocated = get_torch_device().memory_allocated() if is_accelerator_available() else 0
     return {"param_devices": _devices(params), "optim_devices": _devices(optim), "allocated_bytes": allocated}
