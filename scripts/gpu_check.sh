@@ -9,9 +9,10 @@
 # `pip install --no-index --find-links WHEEL_DIR` (no network), the project with --no-deps (no Ray there).
 # Then, on the GPU (parts, so that each fits a 10-minute call):
 #   env    versions, the accelerator, and the import of trainer, workers and SFT trainer without Ray;
-#   tests  the *_on_gpu.py files (or those in GPU_TESTS): FSDP2 and FSDP1 actor updates in bf16 against fp32 on CPU, parameter and
-#          optimizer offload round trips, checkpoint save/resume, the SFT trainer under torchrun (NCCL), 20 GRPO
-#          steps of the built-in task through the in-process worker group with the HF rollout; none may skip;
+#   tests  the *_on_gpu.py files (or those in GPU_TESTS): FSDP2 and FSDP1 actor updates in bf16 against fp32 on
+#          CPU, parameter and optimizer offload round trips, checkpoint save/resume, the SFT trainer under torchrun
+#          (NCCL), 20 GRPO steps of the built-in task through the in-process worker group with the HF rollout;
+#          none may skip;
 #   bench  scripts/benchmark/bench_gpu_throughput.py: tokens/s, MFU and peak memory of generation, log-probs and
 #          update on a random model of Qwen2.5-0.5B's shape (JSON lines, also written to $OUT/bench.jsonl).
 # Logs go to ${OUT:-gpu_check_out}. --cpu-smoke hides the GPUs and runs the tests with VERL_GPU_CHECK_DEVICE=cpu
