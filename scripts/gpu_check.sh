@@ -29,7 +29,7 @@ while (($#)); do
     case "$1" in
         --cpu-smoke) smoke=1 ;;
         --part) part="$2"; shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) wheels="$1" ;;
     esac
     shift
