@@ -24,3 +24,24 @@ def ray_cluster():
         )
     yield ray
     ray.shutdown()
+
+
+# Files named *_on_gpu.py check the CUDA paths; without an accelerator they are skipped, unless
+# VERL_GPU_CHECK_DEVICE=cpu asks to run them on CPU (scripts/gpu_check.sh --cpu-smoke: same steps, tiny shapes).
+GPU_FILE_SUFFIX = "_on_gpu.py"
+
+
+def gpu_checks_on_cpu() -> bool:
+    """True when the *_on_gpu.py files run on CPU as a smoke test (``VERL_GPU_CHECK_DEVICE=cpu``)."""
+    return os.environ.get("VERL_GPU_CHECK_DEVICE", "").lower() == "cpu"
+
+
+def pytest_collection_modifyitems(config, items):
+    from verl.utils.device import is_accelerator_available
+
+    if is_accelerator_available() or gpu_checks_on_cpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA/NPU accelerator (VERL_GPU_CHECK_DEVICE=cpu runs it on CPU)")
+    for item in items:
+        if item.path.name.endswith(GPU_FILE_SUFFIX):
+            item.add_marker(skip)

@@ -231,7 +231,7 @@ def measure_ours(args, model: str, work_dir: str) -> float:
     os.makedirs(work_dir, exist_ok=True)
     tag = f"ours_{args.rollout}"
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *our_overrides(args, model, work_dir)]
-    groups = {"workers": "ray::WorkerDict", "trainer": "ray::TaskRunner"}
+    groups = {"workers": "ray::WorkerDict", "trainer": "ray::_TaskRunner"}
     memory = run_measured(cmd, dict(os.environ), groups, os.path.join(work_dir, "ours.log"))
     history = read_our_history(os.path.join(work_dir, "ours"))
     step = median_after_warmup([h["timing_s/step"] for h in history])

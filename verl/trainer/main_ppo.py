@@ -2,6 +2,8 @@
 
 The config is validated in this process before Ray starts, so a wrong key, a missing file or an impossible batch
 size fails in seconds with a message naming it. Training then runs in a Ray actor (``TaskRunner``).
+Ray is imported only by ``run_ppo`` and ``TaskRunner``: ``prepare_config`` and ``build_trainer`` also serve the
+in-process worker group on a machine without Ray.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import logging
 import os
 
 import hydra
-import ray
 from omegaconf import OmegaConf, open_dict
 
 from verl.trainer.config import PPOConfig
@@ -21,7 +22,8 @@ from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TaskRunner", "create_rl_dataset", "create_rl_sampler", "main", "run_ppo"]
+# TaskRunner (a Ray actor class built on first access, see __getattr__) is left out so `import *` needs no Ray
+__all__ = ["create_rl_dataset", "create_rl_sampler", "main", "run_ppo"]
 
 _RAY_ENV = {
     "TOKENIZERS_PARALLELISM": "true",
@@ -68,10 +70,12 @@ def ray_init_kwargs(config) -> dict:
 def run_ppo(config, trainer_cls=None) -> None:
     """Validate, start Ray (unless already running), and train in a ``TaskRunner`` actor; ``trainer_cls`` is a
     recipe's RayPPOTrainer subclass (default RayPPOTrainer)."""
+    import ray
+
     prepare_config(config)
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(config))
-    runner = TaskRunner.remote()
+    runner = _task_runner_class().remote()
     ray.get(runner.run.remote(config, trainer_cls))
     timeline = config.ray_init.timeline_json_file
     if timeline:
@@ -103,6 +107,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
     (the policy worker class, also used for a separate reference) and ``reward_model_cls`` (the worker of
     ``Role.RewardModel`` when ``reward_model.enable``; default RewardModelWorker) instead of copying this.
     """
+    from verl.single_controller.ray.base import ray_actor_class
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
     from verl.utils.dataset.rl_dataset import collate_fn
     from verl.utils.fs import copy_to_local
@@ -117,16 +122,16 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
 
     actor_cls, critic_cls, default_wg_cls = worker_classes(config)
     actor_cls = actor_rollout_cls or actor_cls
-    role_worker_mapping = {Role.ActorRollout: ray.remote(actor_cls), Role.Critic: ray.remote(critic_cls)}
+    role_worker_mapping = {Role.ActorRollout: ray_actor_class(actor_cls), Role.Critic: ray_actor_class(critic_cls)}
     pool = "global_pool"
     mapping = {Role.ActorRollout: pool, Role.Critic: pool}
     if config.reward_model.enable:
         from verl.workers.fsdp_workers import RewardModelWorker
 
-        role_worker_mapping[Role.RewardModel] = ray.remote(reward_model_cls or RewardModelWorker)
+        role_worker_mapping[Role.RewardModel] = ray_actor_class(reward_model_cls or RewardModelWorker)
         mapping[Role.RewardModel] = pool
     if config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
-        role_worker_mapping[Role.RefPolicy] = ray.remote(actor_cls)
+        role_worker_mapping[Role.RefPolicy] = ray_actor_class(actor_cls)
         mapping[Role.RefPolicy] = pool
     resource_pool_manager = ResourcePoolManager(
         resource_pool_spec={pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes},
@@ -155,8 +160,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
     )
 
 
-@ray.remote(num_cpus=1)
-class TaskRunner:
+class _TaskRunner:
     """Runs the single controller inside the Ray cluster (so it survives the driver's terminal closing)."""
 
     def run(self, config, trainer_cls=None, actor_rollout_cls=None, reward_model_cls=None) -> None:
@@ -169,6 +173,26 @@ class TaskRunner:
         )
         trainer.init_workers()
         trainer.fit()
+
+
+_task_runner_actor_class = None
+
+
+def _task_runner_class():
+    """verl's ``@ray.remote(num_cpus=1) class TaskRunner``, made on first use so importing this module needs no Ray."""
+    global _task_runner_actor_class
+    if _task_runner_actor_class is None:
+        import ray
+
+        _task_runner_actor_class = ray.remote(num_cpus=1)(_TaskRunner)
+    return _task_runner_actor_class
+
+
+def __getattr__(name: str):
+    # ``main_ppo.TaskRunner`` (verl's public name) is the Ray actor class, built when first asked for
+    if name == "TaskRunner":
+        return _task_runner_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import Any
 
 from verl.protocol import DataProto, DataProtoFuture, _padding_size_key
@@ -151,25 +152,28 @@ def dispatch_dp_compute_data_proto_with_func(worker_group, *args, **kwargs):
     return [[args[0]] * worker_group.world_size, *split_args], split_kwargs
 
 
-def _concat_data_proto_or_future(output: list):
-    import ray
+def _object_ref_types() -> tuple[type, ...]:
+    """``(ray.ObjectRef,)`` once Ray is imported, else ``()``: no ObjectRef exists before, and the in-process group
+    and torchrun runs must not import Ray (it may not be installed)."""
+    ray = sys.modules.get("ray")
+    return (ray.ObjectRef,) if ray is not None else ()
 
+
+def _concat_data_proto_or_future(output: list):
     first = output[0]
     for item in output:
         assert type(item) is type(first), f"outputs of one call must share a type, got {type(first)} and {type(item)}"
     if isinstance(first, DataProto):
         return DataProto.concat(output)
-    if isinstance(first, ray.ObjectRef):
+    if isinstance(first, _object_ref_types()):
         return DataProtoFuture.concat(output)
     raise NotImplementedError(f"cannot concatenate outputs of type {type(first)}")
 
 
 def collect_dp_compute_data_proto(worker_group, output):
     """Concatenate per-worker DataProtos in rank order (or build a DataProtoFuture for non-blocking calls)."""
-    import ray
-
     for item in output:
-        assert isinstance(item, DataProto | ray.ObjectRef), (
+        assert isinstance(item, (DataProto, *_object_ref_types())), (
             f"DP_COMPUTE_PROTO outputs must be DataProto (or ObjectRef), got {type(item).__name__}"
         )
     output = collect_dp_compute(worker_group, output)

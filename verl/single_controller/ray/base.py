@@ -6,16 +6,18 @@ import inspect
 import logging
 import os
 import time
-from typing import Any
-
-import ray
-from ray.util.placement_group import PlacementGroup, placement_group
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from typing import TYPE_CHECKING, Any
 
 from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker
 from verl.single_controller.base.decorator import MAGIC_ATTR, Dispatch
 from verl.single_controller.base.handle_group import HandleWorkerGroup, random_name_prefix, unwrap_actor_class
 from verl.single_controller.base.worker_group import make_group_method
+
+if TYPE_CHECKING:
+    from ray.util.placement_group import PlacementGroup
+
+# Ray is imported inside the functions that talk to it, so the trainer and the workers (which import this module)
+# load on a machine without Ray and run there through the in-process group or torchrun.
 
 __all__ = ["Worker"]
 
@@ -29,13 +31,30 @@ def get_random_string(length: int) -> str:
     return random_name_prefix(length)
 
 
+def ray_actor_class(cls):
+    """``ray.remote(cls)`` where Ray is installed, else ``cls`` itself.
+
+    The Ray worker group needs actor classes; the in-process group unwraps them (or takes the plain class), so the
+    trainer builds its worker classes this way and still runs in-process or under torchrun where Ray is absent.
+    """
+    try:
+        import ray
+    except ImportError:
+        return cls
+    return ray.remote(cls)
+
+
 def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
     """The group method for a registered worker method (see ``make_group_method``), waiting with ``ray.get``."""
+    import ray
+
     return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=ray.get)
 
 
 def sort_placement_group_by_node_ip(pgs: list[PlacementGroup]) -> list[PlacementGroup]:
     """Order placement groups by the IP of their node so rank -> node stays stable across restarts."""
+    import ray
+
     node_ip = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
     pg_ip = {}
     for pg in pgs:
@@ -74,6 +93,8 @@ class RayResourcePool(ResourcePool):
 
     def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None, device_name: str = "cuda"):
         """Create (once) and return the placement groups, blocking until they are ready."""
+        from ray.util.placement_group import placement_group
+
         if self.pgs is not None:
             return self.pgs
         pg_name_prefix = name if name else f"{self.name_prefix}verl_group_{'_'.join(str(c) for c in self._store)}:"
@@ -99,6 +120,8 @@ class RayResourcePool(ResourcePool):
 
 def _wait_placement_groups(pgs: list[PlacementGroup], pool: RayResourcePool, timeout_s: float = 300) -> None:
     """Wait for every placement group; say which resources are missing instead of hanging silently."""
+    import ray
+
     ready, _ = ray.wait([pg.ready() for pg in pgs], num_returns=len(pgs), timeout=timeout_s)
     if len(ready) < len(pgs):
         raise TimeoutError(
@@ -166,6 +189,9 @@ class RayClassWithInitArgs(ClassWithInitArgs):
         device_name: str = "cuda",
         num_cpus: float | None = None,
     ):
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
         if sharing_with is not None:
             target_node_id = ray.get(sharing_with.get_node_id.remote())
             visible_devices = ray.get(sharing_with.get_cuda_visible_devices.remote())
@@ -229,6 +255,8 @@ class RayWorkerGroup(HandleWorkerGroup):
         return state.get("state") == "ALIVE" if isinstance(state, dict) else getattr(state, "state", None) == "ALIVE"
 
     def _init_with_detached_workers(self, worker_names, worker_handles) -> None:
+        import ray
+
         workers = worker_handles if worker_handles else [ray.get_actor(name=name) for name in worker_names]
         self._workers = list(workers)
         self._worker_names = list(worker_names) if worker_names else []
@@ -288,6 +316,8 @@ class RayWorkerGroup(HandleWorkerGroup):
 
     def _wait_rank_zero_address(self) -> tuple[str, str]:
         """Rank 0 publishes its rendezvous address through a named register-center actor; wait for it."""
+        import ray
+
         center_name = f"{self.name_prefix}_register_center"
         deadline = time.monotonic() + self._ray_wait_register_center_timeout
         delay = 0.01
@@ -316,6 +346,8 @@ class RayWorkerGroup(HandleWorkerGroup):
         return getattr(worker, method_name).remote(*args, **kwargs)
 
     def _resolve(self, pending):
+        import ray
+
         return ray.get(pending)
 
 
@@ -389,7 +421,7 @@ def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs]) -> 
                 setattr(WorkerDict, name, forward)
             else:
                 setattr(WorkerDict, f"{key}_{name}", _delegating_method(key, name, method))
-    return RayClassWithInitArgs(cls=ray.remote(WorkerDict))
+    return RayClassWithInitArgs(cls=ray_actor_class(WorkerDict))
 
 
 def create_colocated_worker_raw_cls(class_dict: dict[str, RayClassWithInitArgs]):
@@ -431,6 +463,6 @@ def create_colocated_worker_raw_cls(class_dict: dict[str, RayClassWithInitArgs])
 def create_colocated_worker_cls_fused(class_dict: dict[str, RayClassWithInitArgs]) -> RayClassWithInitArgs:
     """The fused worker class of ``class_dict`` as a Ray actor class, marked ``fused_worker_used``."""
     raw = create_colocated_worker_raw_cls(class_dict)
-    cls_with_init = RayClassWithInitArgs(cls=ray.remote(raw))
+    cls_with_init = RayClassWithInitArgs(cls=ray_actor_class(raw))
     cls_with_init.fused_worker_used = True
     return cls_with_init

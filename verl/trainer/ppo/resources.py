@@ -45,8 +45,10 @@ class ResourcePoolManager:
         return sum(sum(nodes) for nodes in self.resource_pool_spec.values())
 
     def _check_resource_available(self) -> None:
-        import ray
-
+        try:
+            import ray
+        except ImportError:  # no Ray installed, so no cluster: the in-process group or torchrun runs the workers
+            return
         if not ray.is_initialized():  # in-process worker groups need no cluster
             return
         kind = "GPU" if self.use_gpu else "CPU"

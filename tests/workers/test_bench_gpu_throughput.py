@@ -1,0 +1,41 @@
+"""scripts/benchmark/bench_gpu_throughput.py with its tiny shape: the three phases run and report sane figures."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+import torch.distributed as dist
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def bench():
+    path = os.path.join(ROOT, "scripts", "benchmark", "bench_gpu_throughput.py")
+    spec = importlib.util.spec_from_file_location("bench_gpu_throughput", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    if dist.is_initialized():  # the worker joined a process group of one in this process
+        dist.destroy_process_group()
+
+
+def test_tiny_benchmark_reports_every_phase(bench, capsys):
+    args = bench.parse_args(["--tiny", "--repeats", "1", "--batch", "4", "--response-length", "6"])
+    figures = bench.run(args)
+    assert [f["phase"] for f in figures] == ["generate", "compute_log_prob", "update_actor"]
+    gen, log_prob, update = figures
+    # 4 prompts x at most 6 new tokens; log-prob and update see every prompt and response token
+    assert 0 < gen["tokens"] <= 24
+    assert log_prob["tokens"] == update["tokens"] > gen["tokens"]
+    for figure in figures:
+        assert figure["tokens_per_s"] == pytest.approx(figure["tokens"] / figure["seconds"], rel=0.01)
+        assert figure["tflops"] > 0 and 0 <= figure["mfu"] < 1
+        assert figure["params_m"] > 0 and figure["shape"] == "tiny"
+        assert ("peak_device_gb" in figure) != ("peak_rss_gb" in figure)
+    if figures[0]["device"] == "cpu":
+        assert all(f["mfu"] == 0 for f in figures)  # no known peak on CPU
+    # the same figures as JSON lines on stdout, one per phase
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert [x["figure"] for x in lines] == [f"gpu_throughput_{f['phase']}" for f in figures]
