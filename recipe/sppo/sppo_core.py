@@ -28,13 +28,17 @@ SPPO_LOSS_MODE = "sppo"
 def softmean(x: torch.Tensor, beta: float, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
     """``(1/beta) * log(mean(exp(beta * x)))`` along ``dim``; the arithmetic mean when ``beta == 0``.
 
-    Computed with ``logsumexp`` so large ``beta * x`` does not overflow. As ``beta -> 0`` it tends to the mean,
-    as ``beta -> +inf`` to the max.
+    As ``beta -> 0`` it tends to the mean, as ``beta -> +inf`` to the max. Computed as the mean plus a
+    ``logsumexp`` of the centred values, in float64: large ``beta * x`` cannot overflow, and a small ``beta`` does
+    not divide float32 rounding noise by ``beta``.
     """
     if beta == 0:
         return x.mean(dim=dim, keepdim=keepdim)
-    lse = torch.logsumexp(x * beta, dim=dim, keepdim=keepdim)
-    return (lse - math.log(x.shape[dim])) / beta
+    x64 = x.double()
+    mean = x64.mean(dim=dim, keepdim=True)
+    lse = torch.logsumexp((x64 - mean) * beta, dim=dim, keepdim=True)
+    out = mean + (lse - math.log(x.shape[dim])) / beta
+    return (out if keepdim else out.squeeze(dim)).to(x.dtype)
 
 
 def seq_level_rewards(token_level_rewards: torch.Tensor, beta: float) -> torch.Tensor:
