@@ -3,7 +3,6 @@ short SFT with the project's SFT trainer, then 2 GRPO steps with the recipe's re
 
 import math
 import os
-import re
 import socket
 
 import pandas as pd
@@ -12,10 +11,10 @@ from omegaconf import OmegaConf
 
 from recipe.char_count.create_dataset import DATA_SOURCE, make_problems, make_prompt, write_dataset
 from recipe.char_count.reward_function import char_count_reward_function
+from tests.recipe.script_overrides import script_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPE = os.path.join(ROOT, "recipe", "char_count")
-_OVERRIDE = re.compile(r'([a-z_][a-z0-9_]*\.[a-z0-9_.]+)=("?[^"\s]+"?)')
 
 
 def test_generator_is_seeded_and_counts_right():
@@ -55,17 +54,7 @@ def test_reward_is_exact_match(response, expected):
 
 # ------------------------------------------------------------------------------------------------ pipeline
 def _script_overrides(script: str, variables: dict) -> list[str]:
-    """The ``key=value`` lines of a recipe script with its shell variables filled in."""
-    overrides = []
-    with open(os.path.join(RECIPE, script)) as f:
-        for line in f:
-            match = _OVERRIDE.fullmatch(line.strip().rstrip("\\").strip())
-            if match:
-                value = match.group(2).replace('"', "")
-                for name, replacement in variables.items():
-                    value = value.replace(f"${name}", str(replacement))
-                overrides.append(f"{match.group(1)}={value}")
-    return overrides
+    return script_overrides(os.path.join(RECIPE, script), variables)
 
 
 def _free_port() -> str:

@@ -177,3 +177,16 @@ def test_run_sppo_refuses_bad_config_before_ray_starts():
         run_sppo(_compose(["algorithm.sppo_eta=x"]))
     assert not ray.is_initialized()
     assert SPPO_LOSS_MODE in POLICY_LOSS_REGISTRY
+
+
+@pytest.mark.parametrize("script", ["run_sppo_cpu.sh", "run_qwen2.5-0.5b_gsm8k.sh"])
+def test_run_scripts_use_known_keys(script):
+    from recipe.sppo.config_check import check_sppo_config
+    from tests.recipe.script_overrides import script_overrides
+
+    overrides = script_overrides(os.path.join(os.path.dirname(CONFIG_DIR), script), {"HOME": "/home/u"})
+    assert len(overrides) > 25, overrides
+    config = _compose(overrides)  # Hydra refuses a key that is not in the config
+    assert config.actor_rollout_ref.actor.sppo_eta == 1.0 and config.algorithm.sppo_eta == 1.0
+    if script == "run_sppo_cpu.sh":
+        check_sppo_config(config)  # runnable here as written: builtin model and data, HF rollout, CPU
