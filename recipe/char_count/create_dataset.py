@@ -32,7 +32,7 @@ def make_prompt(letter: str, word: str) -> str:
     return f"how many {letter} in {word}?"
 
 
-def make_problems(n: int, seed: int = 0, alphabet: str = "abcdef", min_len: int = 4, max_len: int = 9) -> list:
+def make_problems(n: int, seed: int = 0, alphabet: str = "abcd", min_len: int = 4, max_len: int = 9) -> list:
     """``n`` distinct ``(letter, word, count)`` problems in a seeded order."""
     if len(set(alphabet)) != len(alphabet) or not alphabet.isalpha():
         raise ValueError(f"alphabet={alphabet!r}; expected distinct letters")
@@ -106,7 +106,7 @@ def main(argv=None) -> None:
     parser.add_argument("--num_train", type=int, default=4000, help="SFT problems")
     parser.add_argument("--num_test", type=int, default=200, help="held-out problems (SFT and RL test sets)")
     parser.add_argument("--num_rl_train", type=int, default=1000, help="RL prompts (a subset of the SFT problems)")
-    parser.add_argument("--alphabet", default="abcdef")
+    parser.add_argument("--alphabet", default="abcd")
     parser.add_argument("--min_len", type=int, default=4)
     parser.add_argument("--max_len", type=int, default=9)
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ def test_generator_is_seeded_and_counts_right():
     assert problems == make_problems(300, seed=3) and problems != make_problems(300, seed=4)
     assert len({(c, w) for c, w, _ in problems}) == 300
     for letter, word, count in problems:
-        assert count == word.count(letter) and 4 <= len(word) <= 9 and set(word) <= set("abcdef")
+        assert count == word.count(letter) and 4 <= len(word) <= 9 and set(word) <= set("abcd")
     counts = {n for *_, n in problems}
     assert 0 in counts and max(counts) >= 3  # "0" is a possible answer and counts vary
     with pytest.raises(ValueError, match="only"):
