@@ -72,7 +72,7 @@ def rl_rows(problems: list, split: str) -> list[dict]:
 
 
 def write_dataset(
-    local_dir: str, seed: int = 0, num_train: int = 4000, num_test: int = 200, num_rl_train: int = 1000, **task
+    local_dir: str, seed: int = 0, num_train: int = 20000, num_test: int = 200, num_rl_train: int = 1000, **task
 ) -> dict[str, str]:
     """Write the four parquet files into ``local_dir``; returns ``{name: path}``.
 
@@ -103,7 +103,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--local_dir", default="~/data/char_count")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num_train", type=int, default=4000, help="SFT problems")
+    parser.add_argument("--num_train", type=int, default=20000, help="SFT problems")
     parser.add_argument("--num_test", type=int, default=200, help="held-out problems (SFT and RL test sets)")
     parser.add_argument("--num_rl_train", type=int, default=1000, help="RL prompts (a subset of the SFT problems)")
     parser.add_argument("--alphabet", default="abcd")

@@ -9,8 +9,9 @@ import argparse
 
 from verl.utils.tiny_model import make_tiny_model_dir
 
-# About 1M parameters: small enough to train on 2 CPU cores in minutes, large enough to learn the task.
-MODEL = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 512}
+# About 0.1M parameters besides the embeddings: SFT learns the task in a few hundred steps of a minute or two on
+# 2 CPU cores (a 1M-parameter model of 4 layers learns it more slowly at this budget).
+MODEL = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256}
 
 
 def main(argv=None) -> None:

@@ -8,7 +8,7 @@ INIT_MODEL=$1
 DATA_DIR=$2
 SAVE_DIR=$3
 shift 3
-SFT_STEPS=${SFT_STEPS:-300}
+SFT_STEPS=${SFT_STEPS:-700}
 
 CUDA_VISIBLE_DEVICES="" TOKENIZERS_PARALLELISM=false \
 python -m torch.distributed.run --standalone --nproc_per_node=1 -m verl.trainer.fsdp_sft_trainer \
@@ -22,9 +22,9 @@ python -m torch.distributed.run --standalone --nproc_per_node=1 -m verl.trainer.
     model.partial_pretrain="$INIT_MODEL" \
     model.enable_gradient_checkpointing=False \
     model.strategy=fsdp2 \
-    optim.lr=3e-3 \
+    optim.lr=2e-3 \
     optim.warmup_steps_ratio=0.05 \
-    optim.lr_scheduler=cosine \
+    optim.lr_scheduler=wsd \
     trainer.total_training_steps="$SFT_STEPS" \
     trainer.total_epochs=100 \
     trainer.test_freq="$SFT_STEPS" \
