@@ -103,6 +103,8 @@ def test_scripts_run_sft_then_grpo_in_process(tmp_path, monkeypatch):
             "trainer.n_gpus_per_node=1",
             "data.train_batch_size=8",
             "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
             "actor_rollout_ref.rollout.n=4",
             "trainer.total_training_steps=2",
             "trainer.val_before_train=False",

@@ -11,7 +11,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _run_main_sppo(overrides, timeout=600):
-    env = dict(os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
+    # RAY_ADDRESS=local: a cluster of its own even where someone left a `ray start` cluster running
+    env = dict(
+        os.environ,
+        VERL_LOGGING_LEVEL="WARNING",
+        RAY_DEDUP_LOGS="0",
+        TOKENIZERS_PARALLELISM="false",
+        RAY_ADDRESS="local",
+    )
     return subprocess.run(
         [sys.executable, "-m", "recipe.sppo.main_sppo", *overrides],
         cwd=REPO,
