@@ -8,7 +8,9 @@ Every (letter, word) problem appears at most once and the test problems are held
 
 Writes to ``--local_dir``:
 
-* ``sft_train.parquet`` / ``sft_test.parquet``: ``prompt`` / ``response`` strings for the SFT trainer;
+* ``sft_train.parquet`` / ``sft_test.parquet``: ``prompt`` / ``response`` strings for the SFT trainer. A share
+  ``--sft_noise`` (default 0.6) of these answers is one too many (a sloppy annotator's systematic error): a model
+  fitted to them learns to count but prefers the wrong answer, which RL with an exact-match reward then fixes;
 * ``train.parquet`` / ``test.parquet``: verl's RL schema (``data_source="char_count"``, ``prompt`` as chat
   messages, ``reward_model={"style": "rule", "ground_truth": "2"}``, ``extra_info``), scored by
   ``recipe/char_count/reward_function.py``.
@@ -52,9 +54,16 @@ def make_problems(n: int, seed: int = 0, alphabet: str = "abcd", min_len: int = 
     return problems
 
 
-def sft_rows(problems: list) -> list[dict]:
-    """``prompt`` / ``response`` rows: the answer is the count as a decimal string."""
-    return [{"prompt": make_prompt(c, w), "response": str(n)} for c, w, n in problems]
+def sft_rows(problems: list, noise: float = 0.0, seed: int = 0) -> list[dict]:
+    """``prompt`` / ``response`` rows, the count as a decimal string; exactly ``round(noise * len(problems))`` of
+    them (a seeded pick) answer one too many."""
+    if not 0.0 <= noise <= 1.0:
+        raise ValueError(f"noise={noise}; expected a share between 0 and 1")
+    noisy = set(random.Random(seed + 1).sample(range(len(problems)), round(noise * len(problems))))
+    return [
+        {"prompt": make_prompt(c, w), "response": str(n + (i in noisy)), "noisy": i in noisy}
+        for i, (c, w, n) in enumerate(problems)
+    ]
 
 
 def rl_rows(problems: list, split: str) -> list[dict]:
@@ -72,7 +81,13 @@ def rl_rows(problems: list, split: str) -> list[dict]:
 
 
 def write_dataset(
-    local_dir: str, seed: int = 0, num_train: int = 20000, num_test: int = 200, num_rl_train: int = 1000, **task
+    local_dir: str,
+    seed: int = 0,
+    num_train: int = 20000,
+    num_test: int = 200,
+    num_rl_train: int = 1000,
+    sft_noise: float = 0.6,
+    **task,
 ) -> dict[str, str]:
     """Write the four parquet files into ``local_dir``; returns ``{name: path}``.
 
@@ -87,8 +102,8 @@ def write_dataset(
     local_dir = os.path.expanduser(local_dir)
     os.makedirs(local_dir, exist_ok=True)
     frames = {
-        "sft_train": pd.DataFrame(sft_rows(train)),
-        "sft_test": pd.DataFrame(sft_rows(test)),
+        "sft_train": pd.DataFrame(sft_rows(train, sft_noise, seed)),
+        "sft_test": pd.DataFrame(sft_rows(test, sft_noise, seed)),
         "train": pd.DataFrame(rl_rows(train[:num_rl_train], "train")),
         "test": pd.DataFrame(rl_rows(test, "test")),
     }
@@ -106,6 +121,7 @@ def main(argv=None) -> None:
     parser.add_argument("--num_train", type=int, default=20000, help="SFT problems")
     parser.add_argument("--num_test", type=int, default=200, help="held-out problems (SFT and RL test sets)")
     parser.add_argument("--num_rl_train", type=int, default=1000, help="RL prompts (a subset of the SFT problems)")
+    parser.add_argument("--sft_noise", type=float, default=0.6, help="share of SFT answers that are one too many")
     parser.add_argument("--alphabet", default="abcd")
     parser.add_argument("--min_len", type=int, default=4)
     parser.add_argument("--max_len", type=int, default=9)
@@ -116,6 +132,7 @@ def main(argv=None) -> None:
         args.num_train,
         args.num_test,
         args.num_rl_train,
+        args.sft_noise,
         alphabet=args.alphabet,
         min_len=args.min_len,
         max_len=args.max_len,

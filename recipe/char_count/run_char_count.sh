@@ -6,7 +6,7 @@
 set -euo pipefail
 
 WORK=${WORK:-$HOME/char_count}
-export SFT_STEPS=${SFT_STEPS:-700}
+export SFT_STEPS=${SFT_STEPS:-1000}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 python -m recipe.char_count.create_dataset --local_dir "$WORK/data"

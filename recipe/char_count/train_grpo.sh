@@ -16,7 +16,7 @@ python -m verl.trainer.main_ppo \
     data.max_prompt_length=48 \
     data.max_response_length=4 \
     actor_rollout_ref.model.path="$SFT_MODEL" \
-    actor_rollout_ref.actor.optim.lr=1e-3 \
+    actor_rollout_ref.actor.optim.lr=3e-4 \
     actor_rollout_ref.actor.ppo_mini_batch_size=32 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.actor.use_kl_loss=False \
@@ -36,5 +36,5 @@ python -m verl.trainer.main_ppo \
     trainer.val_before_train=True \
     trainer.test_freq=10 \
     trainer.save_freq=-1 \
-    trainer.total_training_steps=30 \
+    trainer.total_training_steps=40 \
     "$@"

@@ -8,7 +8,7 @@ INIT_MODEL=$1
 DATA_DIR=$2
 SAVE_DIR=$3
 shift 3
-SFT_STEPS=${SFT_STEPS:-700}
+SFT_STEPS=${SFT_STEPS:-1000}
 
 CUDA_VISIBLE_DEVICES="" TOKENIZERS_PARALLELISM=false \
 python -m torch.distributed.run --standalone --nproc_per_node=1 -m verl.trainer.fsdp_sft_trainer \
