@@ -21,10 +21,12 @@ class RaySPPOTrainer(RayPPOTrainer):
     def _validate_config(self) -> None:
         check_sppo_config(self.ppo_config, check_paths=False, check_device=False)
 
-    def _compute_advantage(self, batch: DataProto, reward: PendingReward, metrics: dict) -> DataProto:
+    def _compute_advantage(self, batch: DataProto, reward: PendingReward | None, metrics: dict) -> DataProto:
         """``seq_level_rewards`` ``(bs,)`` = s - SoftMean_beta(s), beta = ``algorithm.sppo_eta``; ``advantages``
         and ``returns`` ``(bs, response_length)`` carry it on each response token (the loss reads it there)."""
-        batch = self._apply_rewards(batch, reward, metrics)
+        if reward is not None:
+            batch = self._store_reward(batch, reward)
+        batch = self._apply_kl_in_reward(batch, metrics)
         rewards = seq_level_rewards(batch.batch["token_level_rewards"], float(self.ppo_config.algorithm.sppo_eta))
         mask = batch.batch["response_mask"]
         if self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable:

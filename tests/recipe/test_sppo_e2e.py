@@ -11,14 +11,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _run_main_sppo(overrides, timeout=600):
-    # RAY_ADDRESS=local: a cluster of its own even where someone left a `ray start` cluster running
-    env = dict(
-        os.environ,
-        VERL_LOGGING_LEVEL="WARNING",
-        RAY_DEDUP_LOGS="0",
-        TOKENIZERS_PARALLELISM="false",
-        RAY_ADDRESS="local",
-    )
+    env = dict(os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
+    env.pop("RAY_ADDRESS", None)  # a local cluster of its own (main_ppo joins the cluster RAY_ADDRESS names)
     return subprocess.run(
         [sys.executable, "-m", "recipe.sppo.main_sppo", *overrides],
         cwd=REPO,
