@@ -2,25 +2,16 @@
 
 import math
 import os
-import subprocess
-import sys
 
-from tests.trainer.ppo_e2e_utils import base_overrides, make_workspace, parse_console_metrics, write_reward_fn
+from tests.trainer.ppo_e2e_utils import (
+    base_overrides,
+    make_workspace,
+    parse_console_metrics,
+    run_main_ppo,
+    write_reward_fn,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _run_main_sppo(overrides, timeout=600):
-    env = dict(os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
-    env.pop("RAY_ADDRESS", None)  # a local cluster of its own (main_ppo joins the cluster RAY_ADDRESS names)
-    return subprocess.run(
-        [sys.executable, "-m", "recipe.sppo.main_sppo", *overrides],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_main_sppo_two_steps(tmp_path):
@@ -36,7 +27,8 @@ def test_main_sppo_two_steps(tmp_path):
         f"custom_reward_function.path={write_reward_fn(tmp_path)}",
         "trainer.run_report=False",
     ]
-    result = _run_main_sppo(overrides)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a local cluster of its own
+    result = run_main_ppo(overrides, cwd=REPO, env=env, module="recipe.sppo.main_sppo")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     steps = parse_console_metrics(result.stdout + result.stderr)
     assert [int(s["step"]) for s in steps] == [1, 2], steps
