@@ -85,13 +85,13 @@ def base_overrides(ws: dict, estimator: str = "grpo", steps: int = 2) -> list[st
 
 
 def run_main_ppo(
-    overrides: list[str], cwd: str, timeout: int = 600, env: dict | None = None
+    overrides: list[str], cwd: str, timeout: int = 600, env: dict | None = None, module: str = "verl.trainer.main_ppo"
 ) -> subprocess.CompletedProcess:
-    """``python -m verl.trainer.main_ppo <overrides>`` in a subprocess, as a user would run it (``env``: its
-    environment instead of this process's)."""
+    """``python -m verl.trainer.main_ppo <overrides>`` (or a recipe's entry ``module``) in a subprocess, as a user
+    would run it (``env``: its environment instead of this process's)."""
     env = dict(env or os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
     return subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
+        [sys.executable, "-m", module, *overrides],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -102,10 +102,8 @@ class RayPPOTrainer:
         self.ref_in_actor = cfg.actor_rollout_ref.model.is_lora
         if cfg.algorithm.use_kl_in_reward:
             self.kl_ctrl_in_reward = core_algos.get_kl_controller(cfg.algorithm.kl_ctrl)
-        estimator = cfg.algorithm.adv_estimator
-        if estimator not in core_algos.ADV_ESTIMATOR_REGISTRY:
-            raise NotImplementedError(f"algorithm.adv_estimator={estimator!r} is not a registered estimator")
-        self.use_critic = estimator == AdvantageEstimator.GAE  # every other registered estimator is critic-free
+        # every registered estimator but GAE is critic-free (a recipe's own advantage step is too)
+        self.use_critic = cfg.algorithm.adv_estimator == AdvantageEstimator.GAE
         self._validate_config()
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         rollout = cfg.actor_rollout_ref.rollout
@@ -117,9 +115,13 @@ class RayPPOTrainer:
 
     # --------------------------------------------------------------------------------------------------- setup
     def _validate_config(self) -> None:
-        """The checks of ``check_ppo_config`` that need no files or devices (main_ppo ran the rest already)."""
+        """The checks of ``check_ppo_config`` that need no files or devices (main_ppo ran the rest already);
+        a recipe with an advantage step of its own (SPPO: ``adv_estimator: null``) overrides this."""
         from verl.trainer.config_validation import check_ppo_config
 
+        estimator = self.ppo_config.algorithm.adv_estimator
+        if estimator not in core_algos.ADV_ESTIMATOR_REGISTRY:
+            raise NotImplementedError(f"algorithm.adv_estimator={estimator!r} is not a registered estimator")
         check_ppo_config(
             self.ppo_config,
             check_paths=False,
@@ -336,13 +338,8 @@ class RayPPOTrainer:
         (a recipe that scored before filtering, see ``_store_reward``)."""
         if reward is not None:
             batch = self._store_reward(batch, reward)
+        batch = self._apply_kl_in_reward(batch, metrics)
         algorithm = self.ppo_config.algorithm
-        if algorithm.use_kl_in_reward:
-            multi_turn = self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable
-            batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, algorithm.kl_penalty, multi_turn)
-            metrics.update(kl_metrics)
-        else:
-            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
         return compute_advantage(
             batch,
             adv_estimator=algorithm.adv_estimator,
@@ -353,6 +350,17 @@ class RayPPOTrainer:
             multi_turn=self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable,
             config=algorithm,
         )
+
+    def _apply_kl_in_reward(self, batch: DataProto, metrics: dict) -> DataProto:
+        """``token_level_rewards``: the scores, less the in-reward KL penalty when ``algorithm.use_kl_in_reward``."""
+        algorithm = self.ppo_config.algorithm
+        if algorithm.use_kl_in_reward:
+            multi_turn = self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable
+            batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, algorithm.kl_penalty, multi_turn)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        return batch
 
     def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         output = pop_worker_timing(self.critic_wg.update_critic(batch), timing_raw)
