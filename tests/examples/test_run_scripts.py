@@ -78,3 +78,21 @@ def test_slurm_script_uses_known_ppo_trainer_keys():
     assert overrides["trainer.nnodes"] == "${#nodes[@]}"  # one Ray node per Slurm node
     cfg = _apply("ppo_trainer.yaml", overrides)
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.actor_rollout_ref.rollout.name == "vllm"
+
+
+@pytest.mark.parametrize("size", ["cpu-135m", "0.5b", "1.5b", "3b", "7b", "14b", "32b"])
+def test_tuning_script_settings_are_valid_config(size):
+    """Every size's overrides name real keys with values of the right type (the typed config checks both)."""
+    import subprocess
+
+    from tests.trainer.ppo_e2e_utils import compose_config
+    from verl.trainer.config import PPOConfig
+
+    script = os.path.join(ROOT, "examples", "tuning", "run_grpo_by_size.sh")
+    out = subprocess.run(
+        ["bash", script, size], env=dict(os.environ, DRY_RUN="1"), capture_output=True, text=True, check=True
+    )
+    overrides = out.stdout.split()
+    typed = PPOConfig.from_config(compose_config(overrides))
+    assert typed.algorithm.adv_estimator == "grpo" and typed.actor_rollout_ref.actor.use_dynamic_bsz
+    assert typed.trainer.experiment_name == f"grpo_{size}"
