@@ -7,10 +7,9 @@ a Ray actor as with ``main_ppo``.
 from __future__ import annotations
 
 import hydra
-import ray
 
 from recipe.prime.prime_config import check_prime_config
-from verl.trainer.main_ppo import TaskRunner, build_trainer, prepare_config, ray_init_kwargs
+from verl.trainer.main_ppo import build_trainer, prepare_config, train_in_ray
 
 __all__ = ["build_prime_trainer", "main", "prepare_prime_config", "run_prime"]
 
@@ -26,27 +25,22 @@ def prepare_prime_config(config) -> None:
     check_prime_config(config)
 
 
-def build_prime_trainer(config, ray_worker_group_cls=None):
-    """A `RayPRIMETrainer` with the PRIME reward-model worker, the prime reward manager and the datasets."""
+def _recipe_classes() -> dict:
     from recipe.prime.prime_fsdp_workers import PRIMERewardModelWorker
     from recipe.prime.prime_ray_trainer import RayPRIMETrainer
 
-    return build_trainer(
-        config, ray_worker_group_cls, trainer_cls=RayPRIMETrainer, reward_model_cls=PRIMERewardModelWorker
-    )
+    return {"trainer_cls": RayPRIMETrainer, "reward_model_cls": PRIMERewardModelWorker}
+
+
+def build_prime_trainer(config, ray_worker_group_cls=None):
+    """A `RayPRIMETrainer` with the PRIME reward-model worker, the prime reward manager and the datasets."""
+    return build_trainer(config, ray_worker_group_cls, **_recipe_classes())
 
 
 def run_prime(config) -> None:
-    """Validate, start Ray (unless already running), and train in a Ray actor."""
+    """Validate, start Ray (unless already running), and train in main_ppo's task runner with PRIME's classes."""
     prepare_prime_config(config)
-    if not ray.is_initialized():
-        ray.init(**ray_init_kwargs(config))
-    from recipe.prime.prime_fsdp_workers import PRIMERewardModelWorker
-    from recipe.prime.prime_ray_trainer import RayPRIMETrainer
-
-    # main_ppo's task runner, building the PRIME trainer with its reward-model worker
-    runner = TaskRunner.remote()
-    ray.get(runner.run.remote(config, trainer_cls=RayPRIMETrainer, reward_model_cls=PRIMERewardModelWorker))
+    train_in_ray(config, **_recipe_classes())
 
 
 if __name__ == "__main__":

@@ -7,13 +7,12 @@ training runs in a Ray actor. The policy worker is `SPINActorRolloutRefWorker`, 
 from __future__ import annotations
 
 import hydra
-import ray
 from omegaconf import OmegaConf
 
 from recipe.spin.core_algos import DPO_LOSS_TYPES, PAIR_STRATEGIES
 from verl.trainer.config import PPOConfig
 from verl.trainer.config_validation import ConfigError
-from verl.trainer.main_ppo import TaskRunner, build_trainer, prepare_config, ray_init_kwargs
+from verl.trainer.main_ppo import build_trainer, prepare_config, train_in_ray
 
 __all__ = ["build_spin_trainer", "check_spin_config", "main", "prepare_spin_config", "run_spin"]
 
@@ -110,10 +109,7 @@ def build_spin_trainer(config, ray_worker_group_cls=None):
 def run_spin(config) -> None:
     """Validate, start Ray (unless already running), and train in main_ppo's ``TaskRunner`` with SPIN's classes."""
     prepare_spin_config(config)
-    if not ray.is_initialized():
-        ray.init(**ray_init_kwargs(config))
-    runner = TaskRunner.remote()
-    ray.get(runner.run.remote(config, **_recipe_classes()))
+    train_in_ray(config, **_recipe_classes())
 
 
 if __name__ == "__main__":

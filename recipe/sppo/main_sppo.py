@@ -8,12 +8,11 @@ checks with ``adv_estimator: null`` allowed, and SPPO's own keys), then main_ppo
 from __future__ import annotations
 
 import hydra
-import ray
 from omegaconf import open_dict
 
 from recipe.sppo.config_check import check_sppo_config
 from verl.trainer.config_validation import resolve_device_name
-from verl.trainer.main_ppo import TaskRunner, ray_init_kwargs
+from verl.trainer.main_ppo import train_in_ray
 from verl.utils.builtin_assets import resolve_builtin_paths
 
 __all__ = ["main", "prepare_sppo_config", "recipe_classes", "run_sppo"]
@@ -43,10 +42,7 @@ def recipe_classes() -> dict:
 def run_sppo(config) -> None:
     """Validate ``config`` (raises ConfigError before Ray starts), start Ray unless running, then train SPPO."""
     prepare_sppo_config(config)
-    if not ray.is_initialized():
-        ray.init(**ray_init_kwargs(config))
-    runner = TaskRunner.remote()
-    ray.get(runner.run.remote(config, **recipe_classes()))
+    train_in_ray(config, **recipe_classes())
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 logger = logging.getLogger(__name__)
 
 # TaskRunner (a Ray actor class built on first access, see __getattr__) is left out so `import *` needs no Ray
-__all__ = ["create_rl_dataset", "create_rl_sampler", "main", "run_ppo"]
+__all__ = ["create_rl_dataset", "create_rl_sampler", "main", "run_ppo", "train_in_ray"]
 
 _RAY_ENV = {
     "TOKENIZERS_PARALLELISM": "true",
@@ -70,13 +70,21 @@ def ray_init_kwargs(config) -> dict:
 def run_ppo(config, trainer_cls=None) -> None:
     """Validate, start Ray (unless already running), and train in a ``TaskRunner`` actor; ``trainer_cls`` is a
     recipe's RayPPOTrainer subclass (default RayPPOTrainer)."""
+    prepare_config(config)
+    train_in_ray(config, trainer_cls=trainer_cls)
+
+
+def train_in_ray(config, **recipe_classes) -> None:
+    """Start Ray (unless already running) and train in a ``TaskRunner`` actor; ``config`` is already validated.
+
+    A recipe's entry point runs its own checks, then calls this with its classes (``trainer_cls``,
+    ``actor_rollout_cls``, ``reward_model_cls``: see build_trainer)."""
     import ray
 
-    prepare_config(config)
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(config))
     runner = _task_runner_class().remote()
-    ray.get(runner.run.remote(config, trainer_cls))
+    ray.get(runner.run.remote(config, **recipe_classes))
     timeline = config.ray_init.timeline_json_file
     if timeline:
         ray.timeline(filename=timeline)
