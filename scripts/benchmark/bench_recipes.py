@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,9 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VAL_KEY = "val-core/verl/arithmetic/reward/mean@1"
+# The core validation metric: mean reward over the N samples per prompt (N is val_kwargs.n: 1 for most variants,
+# 2 for SPPO, whose config samples twice at validation). A mean is comparable across N.
+VAL_KEY = re.compile(r"^val-core/verl/arithmetic/reward/mean@\d+$")
 
 # name -> (module run with python -m, overrides that make the variant). Shared overrides (steps, seeds, logging)
 # are added by the script. Each recipe's own config composes ppo_trainer.yaml, so the built-in task is its default.
@@ -60,9 +63,9 @@ def _validations(run_dir: str) -> list[tuple[int, float]]:
         records = [json.loads(line) for line in f if line.strip()]
     scores = {}
     for record in records:
-        metrics = record.get("metrics", {})
-        if VAL_KEY in metrics:
-            scores[int(record["step"])] = float(metrics[VAL_KEY])
+        for key, value in record.get("metrics", {}).items():
+            if VAL_KEY.match(key):
+                scores[int(record["step"])] = float(value)
     return sorted(scores.items())
 
 

@@ -46,13 +46,27 @@ def test_variant_overrides_compose(name, tmp_path):
 
 def test_validations_read_metrics_jsonl(tmp_path):
     records = [
-        {"step": 0, "kind": "validation", "metrics": {bench.VAL_KEY: 0.1}},
+        {"step": 0, "kind": "validation", "metrics": {"val-core/verl/arithmetic/reward/mean@1": 0.1}},
         {"step": 1, "kind": "train", "metrics": {"critic/score/mean": 0.3}},
-        {"step": 5, "kind": "validation", "metrics": {bench.VAL_KEY: 0.92}},
-        {"step": 5, "kind": "train", "metrics": {bench.VAL_KEY: 0.92, "critic/score/mean": 0.8}},
+        {"step": 5, "kind": "validation", "metrics": {"val-core/verl/arithmetic/reward/mean@1": 0.92}},
+        {"step": 5, "kind": "train", "metrics": {"critic/score/mean": 0.8}},
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert bench._validations(str(tmp_path)) == [(0, 0.1), (5, 0.92)]
+
+
+def test_validations_accept_any_sample_count(tmp_path):
+    # SPPO validates with val_kwargs.n=2, so its core metric is mean@2; other val-core keys are not the score.
+    records = [
+        {"step": 0, "kind": "validation", "metrics": {"val-core/verl/arithmetic/reward/mean@2": 0.2}},
+        {
+            "step": 5,
+            "kind": "validation",
+            "metrics": {"val-aux/verl/arithmetic/reward/std@2": 0.4, "val-core/verl/arithmetic/reward/mean@2": 0.7},
+        },
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert bench._validations(str(tmp_path)) == [(0, 0.2), (5, 0.7)]
 
 
 def test_summary_table_means_spread_and_steps_to_threshold():
