@@ -98,3 +98,18 @@ def deprecated(replacement: str = ""):
         return wrapper
 
     return decorator
+
+
+def load_class_by_name(class_name: str, where: str):
+    """The object named by a dotted ``module.Class`` path; ``where`` (e.g. "tools[0].class_name in tools.yaml")
+    goes into the error so a bad config entry is found at once."""
+    if not isinstance(class_name, str) or "." not in class_name:
+        raise ValueError(f"{where}: expected 'module.Class', got {class_name!r}")
+    module_name, attr = class_name.rsplit(".", 1)
+    try:
+        module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"{where}: cannot import module {module_name!r} ({exc})") from exc
+    if not hasattr(module, attr):
+        raise ImportError(f"{where}: module {module_name!r} has no {attr!r}")
+    return getattr(module, attr)
