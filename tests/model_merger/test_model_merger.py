@@ -2,15 +2,14 @@
 (causal LM, value model, LoRA merged as peft's merge_and_unload does), and the ``test`` sub-command."""
 
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.gloo_ranks import spawn_gloo_ranks
 from verl.model_merger import main
 from verl.model_merger.base_model_merger import ModelMergerConfig, generate_config_from_args, parse_args
 from verl.model_merger.fsdp_model_merger import merge_shards
@@ -19,12 +18,6 @@ from verl.utils.tiny_model import make_tiny_model_dir
 WORLD = 2
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "init_lora_weights": False}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _peft_model(base_dir: str):
@@ -52,23 +45,18 @@ def _train_and_save(model, mesh, tokenizer, out_dir: str, full_path: str, rank: 
         torch.save(full, full_path)
 
 
-def _worker(rank: int, port: int, root: str, lm_dir: str, critic_dir: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        from torch.distributed.device_mesh import init_device_mesh
-        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+def _worker(rank: int, root: str, lm_dir: str, critic_dir: str):
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-        mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
-        tokenizer = AutoTokenizer.from_pretrained(lm_dir)
-        lm = AutoModelForCausalLM.from_pretrained(lm_dir)
-        _train_and_save(lm, mesh, tokenizer, f"{root}/actor/global_step_1/actor", f"{root}/actor_full.pt", rank)
-        critic = AutoModelForTokenClassification.from_pretrained(critic_dir)
-        _train_and_save(critic, mesh, tokenizer, f"{root}/critic", f"{root}/critic_full.pt", rank)
-        _train_and_save(_peft_model(lm_dir), mesh, tokenizer, f"{root}/lora", f"{root}/lora_full.pt", rank)
-    finally:
-        dist.destroy_process_group()
+    mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+    tokenizer = AutoTokenizer.from_pretrained(lm_dir)
+    lm = AutoModelForCausalLM.from_pretrained(lm_dir)
+    _train_and_save(lm, mesh, tokenizer, f"{root}/actor/global_step_1/actor", f"{root}/actor_full.pt", rank)
+    critic = AutoModelForTokenClassification.from_pretrained(critic_dir)
+    _train_and_save(critic, mesh, tokenizer, f"{root}/critic", f"{root}/critic_full.pt", rank)
+    _train_and_save(_peft_model(lm_dir), mesh, tokenizer, f"{root}/lora", f"{root}/lora_full.pt", rank)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +65,7 @@ def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     lm_dir = make_tiny_model_dir(str(root / "lm"), hidden_size=32, intermediate_size=64)
     critic_dir = make_tiny_model_dir(str(root / "critic_init"), head="token_classification", hidden_size=32, seed=1)
-    mp.spawn(_worker, args=(_free_port(), str(root), lm_dir, critic_dir), nprocs=WORLD, join=True)
+    spawn_gloo_ranks(_worker, WORLD, str(root), lm_dir, critic_dir)
     return root
 
 

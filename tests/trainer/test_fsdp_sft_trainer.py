@@ -4,7 +4,6 @@
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 
@@ -12,9 +11,9 @@ import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
+from tests.gloo_ranks import free_port, spawn_gloo_ranks
 from verl.trainer.config.sft import SFTConfig
 from verl.trainer.fsdp_sft_trainer import (
     create_sft_dataset,
@@ -165,7 +164,7 @@ def test_torchrun_two_ranks_loss_falls_and_checkpoint_loads(workdir, tmp_path):
         "torch.distributed.run",
         "--nproc_per_node=2",
         "--master_addr=127.0.0.1",
-        f"--master_port={_free_port()}",
+        f"--master_port={free_port()}",
         "-m",
         "verl.trainer.fsdp_sft_trainer",
         f"data.train_files={workdir / 'train.parquet'}",
@@ -243,52 +242,41 @@ def _fixed_batch(workdir):
     return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
 
 
-def _worker(rank: int, port: int, workdir, out_path: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        batch = _fixed_batch(workdir)  # the same rows on both ranks
-        out = {}
-        out["padded"] = _loss_and_grads(_build_trainer(workdir, dp=2, sp=1), batch)
-        given = SFTConfig.from_config(_config(workdir, use_remove_padding=True))
-        rmpad = _build_trainer(workdir, dp=2, sp=1, config=given)
-        out["rmpad"] = _loss_and_grads(rmpad, batch)
-        rows = len(next(iter(rmpad.train_dataloader))["input_ids"])
-        out["rmpad_bsz"] = (given.data.train_batch_size, rmpad.config.data.train_batch_size, rows)
-        sp_trainer = _build_trainer(
-            workdir, dp=1, sp=2, use_remove_padding=True, **{"model.enable_gradient_checkpointing": True}
-        )
-        out["sp2"] = _loss_and_grads(sp_trainer, batch)
+def _worker(rank: int, workdir, out_path: str):
+    torch.set_num_threads(1)
+    batch = _fixed_batch(workdir)  # the same rows on both ranks
+    out = {}
+    out["padded"] = _loss_and_grads(_build_trainer(workdir, dp=2, sp=1), batch)
+    given = SFTConfig.from_config(_config(workdir, use_remove_padding=True))
+    rmpad = _build_trainer(workdir, dp=2, sp=1, config=given)
+    out["rmpad"] = _loss_and_grads(rmpad, batch)
+    rows = len(next(iter(rmpad.train_dataloader))["input_ids"])
+    out["rmpad_bsz"] = (given.data.train_batch_size, rmpad.config.data.train_batch_size, rows)
+    sp_trainer = _build_trainer(
+        workdir, dp=1, sp=2, use_remove_padding=True, **{"model.enable_gradient_checkpointing": True}
+    )
+    out["sp2"] = _loss_and_grads(sp_trainer, batch)
 
-        lora_dir = os.path.join(os.path.dirname(out_path), "lora_ckpt")
-        lora = _build_trainer(
-            workdir,
-            dp=2,
-            sp=1,
-            use_remove_padding=True,
-            **{
-                "model.lora_rank": 8,
-                "model.lora_alpha": 16,
-                "optim.lr": 1e-2,
-                "trainer.total_training_steps": 6,
-                "trainer.default_local_dir": lora_dir,
-            },
-        )
-        before = lora.validate()
-        lora.fit()
-        out["lora_val"] = (before, lora.validate())
-        out["lora_ckpt"] = os.path.join(lora_dir, "global_step_6")
-        if rank == 0:
-            torch.save(out, out_path)
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    lora_dir = os.path.join(os.path.dirname(out_path), "lora_ckpt")
+    lora = _build_trainer(
+        workdir,
+        dp=2,
+        sp=1,
+        use_remove_padding=True,
+        **{
+            "model.lora_rank": 8,
+            "model.lora_alpha": 16,
+            "optim.lr": 1e-2,
+            "trainer.total_training_steps": 6,
+            "trainer.default_local_dir": lora_dir,
+        },
+    )
+    before = lora.validate()
+    lora.fit()
+    out["lora_val"] = (before, lora.validate())
+    out["lora_ckpt"] = os.path.join(lora_dir, "global_step_6")
+    if rank == 0:
+        torch.save(out, out_path)
 
 
 def _reference_loss_and_grads(workdir, batch):
@@ -313,7 +301,7 @@ def test_two_ranks_padded_rmpad_sp2_equal_and_lora_trains(workdir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     out_path = str(tmp_path / "out.pt")
-    mp.spawn(_worker, args=(_free_port(), workdir, out_path), nprocs=WORLD, join=True)
+    spawn_gloo_ranks(_worker, WORLD, workdir, out_path)
     got = torch.load(out_path)
     batch = _fixed_batch(workdir)
     ref_loss, ref_grads = _reference_loss_and_grads(workdir, batch)

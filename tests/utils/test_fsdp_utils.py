@@ -2,14 +2,12 @@
 
 import copy
 import os
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from tests.gloo_ranks import spawn_gloo_ranks
 from verl.utils.fsdp_utils import (
     clip_grad_norm_,
     fsdp_version,
@@ -60,48 +58,37 @@ def _reference_step(max_norm: float):
     return norm, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _worker(rank: int, port: int, max_norm: float, out_path: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        from torch.distributed.device_mesh import init_device_mesh
+def _worker(rank: int, max_norm: float, out_path: str):
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
-        # Non-zero ranks build meta parameters; rank 0's real weights are broadcast by the wrap helper.
-        with get_init_weight_context_manager(use_meta_tensor=True, mesh=mesh)():
-            model = _make_model()
-        if rank != 0:
-            assert next(model.parameters()).is_meta
-        model = wrap_model_for_training(model, "fsdp", mesh, fsdp_config={"reshard_after_forward": True})
-        assert fsdp_version(model) == 2
-        before = get_fsdp_full_state_dict(model, offload_to_cpu=True, rank0_only=True)
-        opt = torch.optim.SGD(model.parameters(), lr=LR)
-        ids = _batch()
-        # Each rank takes half the batch; FSDP averages gradients over the shard group.
-        local = ids.chunk(WORLD)[rank]
-        _loss(model, local).backward()
-        norm = clip_grad_norm_(model, max_norm)
-        opt.step()
-        after = get_fsdp_full_state_dict(model, offload_to_cpu=True, rank0_only=True)
-        if rank == 0:
-            torch.save({"before": before, "after": after, "norm": norm}, out_path)
-        else:
-            assert before == {} and after == {}
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+    # Non-zero ranks build meta parameters; rank 0's real weights are broadcast by the wrap helper.
+    with get_init_weight_context_manager(use_meta_tensor=True, mesh=mesh)():
+        model = _make_model()
+    if rank != 0:
+        assert next(model.parameters()).is_meta
+    model = wrap_model_for_training(model, "fsdp", mesh, fsdp_config={"reshard_after_forward": True})
+    assert fsdp_version(model) == 2
+    before = get_fsdp_full_state_dict(model, offload_to_cpu=True, rank0_only=True)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    ids = _batch()
+    # Each rank takes half the batch; FSDP averages gradients over the shard group.
+    local = ids.chunk(WORLD)[rank]
+    _loss(model, local).backward()
+    norm = clip_grad_norm_(model, max_norm)
+    opt.step()
+    after = get_fsdp_full_state_dict(model, offload_to_cpu=True, rank0_only=True)
+    if rank == 0:
+        torch.save({"before": before, "after": after, "norm": norm}, out_path)
+    else:
+        assert before == {} and after == {}
 
 
 def test_fsdp2_two_process_step_equals_single_process(tmp_path):
     max_norm = 0.05  # below the gradient norm, so clipping is exercised
     out = str(tmp_path / "state.pt")
-    mp.spawn(_worker, args=(_free_port(), max_norm, out), nprocs=WORLD, join=True)
+    spawn_gloo_ranks(_worker, WORLD, max_norm, out)
     got = torch.load(out)
     init = _make_model().state_dict()
     assert set(got["before"]) == set(init)
@@ -156,7 +143,6 @@ def test_meta_init_keeps_buffers_real():
 
 
 def test_cpu_workers_share_the_hosts_cores(monkeypatch):
-    import os
 
     import torch
 

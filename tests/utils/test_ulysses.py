@@ -2,13 +2,12 @@
 attention patch (SP=2 logits and gradients equal the single-process packed forward)."""
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.gloo_ranks import spawn_gloo_ranks
 from verl.utils.ulysses import (
     gather_outpus_and_unpad,
     get_ulysses_sequence_parallel_world_size,
@@ -144,27 +143,16 @@ def _model_check(rank: int, num_kv_heads: int) -> dict:
     return {"logits": logits.detach(), "grads": grads}
 
 
-def _worker(rank: int, port: int, out_dir: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=SP)
-    try:
-        torch.set_num_threads(1)
-        _collective_checks(rank)
-        results = {kv: _model_check(rank, kv) for kv in (2, 1)}
-        if rank == 0:
-            torch.save(results, os.path.join(out_dir, "sp.pt"))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _worker(rank: int, out_dir: str):
+    torch.set_num_threads(1)
+    _collective_checks(rank)
+    results = {kv: _model_check(rank, kv) for kv in (2, 1)}
+    if rank == 0:
+        torch.save(results, os.path.join(out_dir, "sp.pt"))
 
 
 def test_sp2_collectives_and_attention_patch_match_single_process(tmp_path):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=SP, join=True)
+    spawn_gloo_ranks(_worker, SP, str(tmp_path))
     results = torch.load(tmp_path / "sp.pt")
     for kv_heads, got in results.items():  # kv_heads=1 exercises the kv-head repeat (1 kv head, sp=2)
         ref_logits, ref_grads = _reference(kv_heads)

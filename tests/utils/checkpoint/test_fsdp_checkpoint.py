@@ -4,24 +4,17 @@ and RNG exactly; rotation; save/load_contents; hf_model; and a plain (unsharded)
 import json
 import os
 import random
-import socket
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.gloo_ranks import spawn_gloo_ranks
 from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 from verl.utils.tiny_model import make_tiny_model_dir
 
 WORLD = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _batch(seed: int, vocab: int = 200):
@@ -78,93 +71,88 @@ def _draws():
     return torch.rand(4), np.random.rand(3), random.random()
 
 
-def _worker(rank: int, port: int, root: str, model_dir: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        from torch.distributed.device_mesh import init_device_mesh
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+def _worker(rank: int, root: str, model_dir: str):
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        model, opt, sched = _build(model_dir, 0, mesh)
-        _step(model, opt, sched, _batch(0))
-        manager = FSDPCheckpointManager(model, opt, sched, processing_class=tokenizer)
-        path1 = os.path.join(root, "global_step_1", "actor")
-        manager.save_checkpoint(path1, global_step=1)
-        after_save = _draws()
-        saved_params, saved_optim = _params(model), _optim_states(opt)
-        _step(model, opt, sched, _batch(1))
-        continued = _params(model)
+    mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model, opt, sched = _build(model_dir, 0, mesh)
+    _step(model, opt, sched, _batch(0))
+    manager = FSDPCheckpointManager(model, opt, sched, processing_class=tokenizer)
+    path1 = os.path.join(root, "global_step_1", "actor")
+    manager.save_checkpoint(path1, global_step=1)
+    after_save = _draws()
+    saved_params, saved_optim = _params(model), _optim_states(opt)
+    _step(model, opt, sched, _batch(1))
+    continued = _params(model)
 
-        # Layout: per-rank shards, fsdp_config.json and huggingface/ with config, generation config, tokenizer.
-        names = set(os.listdir(path1))
-        for kind in ("model", "optim", "extra_state"):
-            assert f"{kind}_world_size_2_rank_{rank}.pt" in names
-        with open(os.path.join(path1, "fsdp_config.json")) as f:
-            assert json.load(f) == {"FSDP_version": 2, "world_size": 2}
-        hf = set(os.listdir(os.path.join(path1, "huggingface")))
-        assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= hf
-        assert not any(n.endswith(".safetensors") for n in hf)  # no hf_model requested
-        assert not any(n.endswith(".tmp") for n in names)
+    # Layout: per-rank shards, fsdp_config.json and huggingface/ with config, generation config, tokenizer.
+    names = set(os.listdir(path1))
+    for kind in ("model", "optim", "extra_state"):
+        assert f"{kind}_world_size_2_rank_{rank}.pt" in names
+    with open(os.path.join(path1, "fsdp_config.json")) as f:
+        assert json.load(f) == {"FSDP_version": 2, "world_size": 2}
+    hf = set(os.listdir(os.path.join(path1, "huggingface")))
+    assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= hf
+    assert not any(n.endswith(".safetensors") for n in hf)  # no hf_model requested
+    assert not any(n.endswith(".tmp") for n in names)
 
-        # A fresh, differently initialised model with scrambled RNG gets everything back.
-        fresh, fresh_opt, fresh_sched = _build(model_dir, 1, mesh)
-        assert not torch.equal(_params(fresh)["lm_head.weight"], saved_params["lm_head.weight"])
-        torch.manual_seed(1234)
-        np.random.seed(1234)
-        random.seed(1234)
-        FSDPCheckpointManager(fresh, fresh_opt, fresh_sched, processing_class=tokenizer).load_checkpoint(path1)
-        after_load = _draws()
-        assert torch.equal(after_load[0], after_save[0])
-        assert np.array_equal(after_load[1], after_save[1]) and after_load[2] == after_save[2]
-        _assert_same(_params(fresh), saved_params)
-        loaded_optim = _optim_states(fresh_opt)
-        assert len(loaded_optim) == len(saved_optim) > 0
-        for got, want in zip(loaded_optim, saved_optim, strict=True):
-            _assert_same(got, want)
-        assert fresh_sched.last_epoch == 1 and fresh_sched.get_last_lr() == [1e-2 / 2]
-        # Training on continues exactly as the original did.
-        _step(fresh, fresh_opt, fresh_sched, _batch(1))
-        _assert_same(_params(fresh), continued)
+    # A fresh, differently initialised model with scrambled RNG gets everything back.
+    fresh, fresh_opt, fresh_sched = _build(model_dir, 1, mesh)
+    assert not torch.equal(_params(fresh)["lm_head.weight"], saved_params["lm_head.weight"])
+    torch.manual_seed(1234)
+    np.random.seed(1234)
+    random.seed(1234)
+    FSDPCheckpointManager(fresh, fresh_opt, fresh_sched, processing_class=tokenizer).load_checkpoint(path1)
+    after_load = _draws()
+    assert torch.equal(after_load[0], after_save[0])
+    assert np.array_equal(after_load[1], after_save[1]) and after_load[2] == after_save[2]
+    _assert_same(_params(fresh), saved_params)
+    loaded_optim = _optim_states(fresh_opt)
+    assert len(loaded_optim) == len(saved_optim) > 0
+    for got, want in zip(loaded_optim, saved_optim, strict=True):
+        _assert_same(got, want)
+    assert fresh_sched.last_epoch == 1 and fresh_sched.get_last_lr() == [1e-2 / 2]
+    # Training on continues exactly as the original did.
+    _step(fresh, fresh_opt, fresh_sched, _batch(1))
+    _assert_same(_params(fresh), continued)
 
-        # Rotation: with max_ckpt_to_keep=2, saving step 3 deletes step 1's actor folder.
-        manager.save_checkpoint(os.path.join(root, "global_step_2", "actor"), global_step=2, max_ckpt_to_keep=2)
-        assert os.path.isdir(path1)
-        manager.save_checkpoint(os.path.join(root, "global_step_3", "actor"), global_step=3, max_ckpt_to_keep=2)
-        dist.barrier()
-        assert not os.path.exists(path1)
-        if rank == 0:  # only rank 0 deletes, so only its list is trimmed
-            steps = [os.path.basename(os.path.dirname(p)) for p in manager.previous_saved_paths]
-            assert steps == ["global_step_2", "global_step_3"]
+    # Rotation: with max_ckpt_to_keep=2, saving step 3 deletes step 1's actor folder.
+    manager.save_checkpoint(os.path.join(root, "global_step_2", "actor"), global_step=2, max_ckpt_to_keep=2)
+    assert os.path.isdir(path1)
+    manager.save_checkpoint(os.path.join(root, "global_step_3", "actor"), global_step=3, max_ckpt_to_keep=2)
+    dist.barrier()
+    assert not os.path.exists(path1)
+    if rank == 0:  # only rank 0 deletes, so only its list is trimmed
+        steps = [os.path.basename(os.path.dirname(p)) for p in manager.previous_saved_paths]
+        assert steps == ["global_step_2", "global_step_3"]
 
-        # save_contents=['model', 'hf_model']: no optimizer/extra files; full weights under huggingface/.
-        only_model = os.path.join(root, "model_only")
-        cfg = {"save_contents": ["model", "hf_model"], "load_contents": ["model"]}
-        FSDPCheckpointManager(model, opt, sched, processing_class=tokenizer, checkpoint_config=cfg).save_checkpoint(
-            only_model
-        )
-        names = set(os.listdir(only_model))
-        assert f"model_world_size_2_rank_{rank}.pt" in names
-        assert not any(n.startswith(("optim_", "extra_state_")) for n in names)
-        full = {k: v.full_tensor() for k, v in model.state_dict().items()}
-        if rank == 0:
-            hf_model = AutoModelForCausalLM.from_pretrained(os.path.join(only_model, "huggingface"), dtype="auto")
-            assert hf_model.dtype == torch.bfloat16
-            for k, v in hf_model.state_dict().items():
-                assert torch.equal(v, full[k].bfloat16()), k
-        other, other_opt, other_sched = _build(model_dir, 2, mesh)
-        FSDPCheckpointManager(
-            other, other_opt, other_sched, processing_class=tokenizer, checkpoint_config=cfg
-        ).load_checkpoint(only_model)
-        _assert_same(_params(other), _params(model))
-        assert other_opt.state_dict()["state"] == {} and other_sched.last_epoch == 0
-        # Asking for the optimizer from a model-only checkpoint names the missing file.
-        with pytest.raises(FileNotFoundError, match="optim_world_size_2"):
-            FSDPCheckpointManager(other, other_opt, other_sched, processing_class=tokenizer).load_checkpoint(only_model)
-    finally:
-        dist.destroy_process_group()
+    # save_contents=['model', 'hf_model']: no optimizer/extra files; full weights under huggingface/.
+    only_model = os.path.join(root, "model_only")
+    cfg = {"save_contents": ["model", "hf_model"], "load_contents": ["model"]}
+    FSDPCheckpointManager(model, opt, sched, processing_class=tokenizer, checkpoint_config=cfg).save_checkpoint(
+        only_model
+    )
+    names = set(os.listdir(only_model))
+    assert f"model_world_size_2_rank_{rank}.pt" in names
+    assert not any(n.startswith(("optim_", "extra_state_")) for n in names)
+    full = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    if rank == 0:
+        hf_model = AutoModelForCausalLM.from_pretrained(os.path.join(only_model, "huggingface"), dtype="auto")
+        assert hf_model.dtype == torch.bfloat16
+        for k, v in hf_model.state_dict().items():
+            assert torch.equal(v, full[k].bfloat16()), k
+    other, other_opt, other_sched = _build(model_dir, 2, mesh)
+    FSDPCheckpointManager(
+        other, other_opt, other_sched, processing_class=tokenizer, checkpoint_config=cfg
+    ).load_checkpoint(only_model)
+    _assert_same(_params(other), _params(model))
+    assert other_opt.state_dict()["state"] == {} and other_sched.last_epoch == 0
+    # Asking for the optimizer from a model-only checkpoint names the missing file.
+    with pytest.raises(FileNotFoundError, match="optim_world_size_2"):
+        FSDPCheckpointManager(other, other_opt, other_sched, processing_class=tokenizer).load_checkpoint(only_model)
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +161,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_fsdp2_two_rank_save_load_roundtrip(tmp_path, model_dir):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path), model_dir), nprocs=WORLD, join=True)
+    spawn_gloo_ranks(_worker, WORLD, str(tmp_path), model_dir)
     # The 2-rank checkpoint cannot be loaded by a world of 1: the error names the saved world size.
     model, opt, sched = _build(model_dir, 3)
     manager = FSDPCheckpointManager(model, opt, sched, processing_class=None, tokenizer=None)

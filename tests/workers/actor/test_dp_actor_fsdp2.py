@@ -1,12 +1,12 @@
 """DataParallelPPOActor on an FSDP2-sharded model, 2 processes over gloo, equals the single-process actor."""
 
 import os
-import socket
 import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from tests.gloo_ranks import spawn_gloo_ranks
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_dp_actor import B, actor_config, log_prob_meta, rollout_batch, tiny_lm  # noqa: E402
@@ -19,42 +19,31 @@ CONFIG = dict(
 )
 
 
-def _worker(rank: int, port: int, out_path: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        from torch.distributed.device_mesh import init_device_mesh
+def _worker(rank: int, out_path: str):
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
 
-        from verl.utils.fsdp_utils import get_fsdp_full_state_dict, wrap_model_for_training
+    from verl.utils.fsdp_utils import get_fsdp_full_state_dict, wrap_model_for_training
 
-        mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
-        model = wrap_model_for_training(tiny_lm(), "fsdp2", mesh)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        # The worker normalises the mini batch to per-rank samples: 6 rows over 2 ranks -> 3.
-        actor = DataParallelPPOActor(actor_config(ppo_mini_batch_size=B // WORLD, **CONFIG), model, opt)
-        shard = rollout_batch().chunk(WORLD)[rank]
-        data = log_prob_meta(shard, use_dynamic_bsz=True, max_token_len=11)
-        log_probs, _ = actor.compute_log_prob(data)
-        metrics = actor.update_policy(shard)
-        state = get_fsdp_full_state_dict(model)
-        gathered = [None] * WORLD
-        dist.all_gather_object(gathered, log_probs)
-        if rank == 0:
-            torch.save({"log_probs": torch.cat(gathered), "state": state, "metrics": metrics}, out_path)
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+    model = wrap_model_for_training(tiny_lm(), "fsdp2", mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    # The worker normalises the mini batch to per-rank samples: 6 rows over 2 ranks -> 3.
+    actor = DataParallelPPOActor(actor_config(ppo_mini_batch_size=B // WORLD, **CONFIG), model, opt)
+    shard = rollout_batch().chunk(WORLD)[rank]
+    data = log_prob_meta(shard, use_dynamic_bsz=True, max_token_len=11)
+    log_probs, _ = actor.compute_log_prob(data)
+    metrics = actor.update_policy(shard)
+    state = get_fsdp_full_state_dict(model)
+    gathered = [None] * WORLD
+    dist.all_gather_object(gathered, log_probs)
+    if rank == 0:
+        torch.save({"log_probs": torch.cat(gathered), "state": state, "metrics": metrics}, out_path)
 
 
 def test_fsdp2_actor_matches_single_process(tmp_path):
     out = str(tmp_path / "out.pt")
-    mp.spawn(_worker, args=(_free_port(), out), nprocs=WORLD, join=True)
+    spawn_gloo_ranks(_worker, WORLD, out)
     got = torch.load(out)
 
     model = tiny_lm()

