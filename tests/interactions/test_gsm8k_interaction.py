@@ -98,7 +98,8 @@ def test_calculate_score_and_finalize(interaction):
 def test_shipped_config_builds_the_interaction():
     interaction = initialize_interaction_from_config(INTERACTION_CONFIG)
     assert type(interaction) is Gsm8kInteraction
-    assert interaction.config == {}
+    # the entry's name reaches the interaction, so rows' interaction_kwargs["name"] match it
+    assert interaction.config == {"name": "gsm8k"} and interaction.name == "gsm8k"
 
 
 def test_a_preprocessed_row_drives_the_interaction_end_to_end(monkeypatch):

@@ -18,6 +18,7 @@ class OpenAIFunctionPropertySchema(BaseModel):
     type: str
     description: str | None = None
     enum: list[str] | None = None
+    items: dict[str, Any] | None = None  # the element schema of an ``array`` argument
 
 
 class OpenAIFunctionParametersSchema(BaseModel):

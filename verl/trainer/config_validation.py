@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from verl.trainer.config_multi_turn import check_multi_turn
 from verl.utils.batch_sizes import (
     ConfigError,
     data_parallel_size,
@@ -204,8 +205,11 @@ def _check_rollout(config, ctx: _Context) -> None:
         from verl.utils.vllm_cpu import VLLM_CPU_DTYPES
 
         _choice(config, "actor_rollout_ref.rollout.dtype", VLLM_CPU_DTYPES)
-    if _get(config, "actor_rollout_ref.rollout.mode") == "async" and name == "hf":
-        raise ConfigError("actor_rollout_ref.rollout.mode='async' needs name=vllm or sglang; the hf rollout is sync")
+    if _get(config, "actor_rollout_ref.rollout.mode") == "async":
+        raise ConfigError(
+            "actor_rollout_ref.rollout.mode='async' (the agent-loop server mode) is not available yet; use "
+            "mode=sync: multi_turn.enable=True runs tools and interactions in the sync hf and vllm rollouts"
+        )
     tp = _positive_int(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
     if ctx.n_gpus % tp != 0:
         raise ConfigError(
@@ -230,20 +234,7 @@ def _check_rollout(config, ctx: _Context) -> None:
                 f"actor_rollout_ref.rollout.max_num_batched_tokens={batched} must be >= max_model_len "
                 f"({max_model_len}) when enable_chunked_prefill is on"
             )
-    if _get(config, "actor_rollout_ref.rollout.multi_turn.enable"):
-        if not (
-            _get(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
-            or _get(config, "actor_rollout_ref.rollout.multi_turn.interaction_config_path")
-        ):
-            raise ConfigError(
-                "actor_rollout_ref.rollout.multi_turn.enable=True needs multi_turn.tool_config_path or "
-                "multi_turn.interaction_config_path"
-            )
-        estimator = _get(config, "algorithm.adv_estimator")
-        if estimator != "grpo":
-            raise ConfigError(
-                f"multi_turn.enable=True supports algorithm.adv_estimator='grpo' only (got {estimator!r})"
-            )
+    check_multi_turn(config, check_files=ctx.check_paths)
 
 
 # ------------------------------------------------------------------------------------------------ batch sizes

@@ -287,3 +287,54 @@ def test_policy_loss_registered_by_an_external_lib_is_accepted(base_cfg, tmp_pat
     finally:
         core_algos.POLICY_LOSS_REGISTRY.pop("ext_lib_loss", None)
         sys.modules.pop("my_losses_for_check", None)
+
+
+def _multi_turn(base_cfg, **updates):
+    return _with(
+        base_cfg,
+        algorithm__adv_estimator="grpo",
+        actor_rollout_ref__rollout__n=2,
+        actor_rollout_ref__rollout__multi_turn__enable=True,
+        data__return_raw_chat=True,
+        **updates,
+    )
+
+
+def test_multi_turn_tool_config_is_read_before_ray(base_cfg, tmp_path):
+    good = tmp_path / "tools.yaml"
+    good.write_text("tools:\n  - class_name: verl.tools.base_tool.BaseTool\n    config: {}\n")
+    check_ppo_config(_multi_turn(base_cfg, actor_rollout_ref__rollout__multi_turn__tool_config_path=str(good)))
+    bad_class = tmp_path / "bad.yaml"
+    bad_class.write_text("tools:\n  - class_name: verl.tools.no_such_module.Tool\n")
+    with pytest.raises(ConfigError, match=r"tool_config_path=.*bad.yaml.*tools\[0\].class_name.*no_such_module"):
+        check_ppo_config(_multi_turn(base_cfg, actor_rollout_ref__rollout__multi_turn__tool_config_path=str(bad_class)))
+    interaction = tmp_path / "interaction.yaml"
+    interaction.write_text("interaction:\n  - class_name: verl.interactions.base.NoSuchInteraction\n")
+    with pytest.raises(ConfigError, match=r"interaction_config_path=.*interaction\[0\].*has no 'NoSuchInteraction'"):
+        check_ppo_config(
+            _multi_turn(base_cfg, actor_rollout_ref__rollout__multi_turn__interaction_config_path=str(interaction))
+        )
+
+
+@pytest.mark.parametrize(
+    "updates, expected",
+    [
+        ({"data__return_raw_chat": False}, "data.return_raw_chat=True"),
+        ({"actor_rollout_ref__rollout__multi_turn__format": "xml"}, "format='xml' is not a registered"),
+        ({"actor_rollout_ref__rollout__multi_turn__tool_response_truncate_side": "top"}, "left, right or middle"),
+        ({"actor_rollout_ref__rollout__multi_turn__max_parallel_calls": -1}, "max_parallel_calls=-1 must be >= 0"),
+        ({"actor_rollout_ref__rollout__multi_turn__tool_call_timeout": 0}, "tool_call_timeout=0.0 must be > 0"),
+        ({"algorithm__adv_estimator": "rloo"}, "adv_estimator='grpo' only"),
+    ],
+)
+def test_multi_turn_settings_the_rollout_cannot_honour(base_cfg, tmp_path, updates, expected):
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools:\n  - class_name: verl.tools.base_tool.BaseTool\n")
+    cfg = _multi_turn(base_cfg, actor_rollout_ref__rollout__multi_turn__tool_config_path=str(tools))
+    with pytest.raises(ConfigError, match=expected):
+        check_ppo_config(_with(cfg, **updates))
+
+
+def test_async_mode_is_refused_before_ray(base_cfg):
+    with pytest.raises(ConfigError, match="mode='async'.*not available yet.*mode=sync"):
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__rollout__mode="async"))

@@ -87,6 +87,10 @@ EXPECTED_PPO = {
                 "enable": False, "max_assistant_turns": None, "tool_config_path": None, "max_user_turns": None,
                 "interaction_config_path": None, "completion_callback": None, "use_inference_chat_template": False,
                 "tokenization_sanity_check_mode": "strict", "format": "hermes",
+                # verl >= 0.5's keys for the tool loop
+                "max_parallel_calls": 1, "max_tool_response_length": 256, "tool_response_truncate_side": "middle",
+                # ours: a hung tool costs the model one timeout message, not the batch
+                "tool_call_timeout": 30,
             },
             "calculate_log_probs": False, "profiler": PROFILER,
         },

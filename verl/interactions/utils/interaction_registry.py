@@ -27,4 +27,7 @@ def initialize_interaction_from_config(interaction_config_file: str):
     """Construct the file's first interaction as ``cls(config=dict)`` (verl uses the first entry)."""
     entry = load_interaction_entries(interaction_config_file)[0]
     cls = load_class_by_name(entry["class_name"], f"{interaction_config_file}: interaction[0].class_name")
-    return cls(config=dict(entry.get("config") or {}))
+    config = dict(entry.get("config") or {})
+    if "name" in entry:  # verl >= 0.5 names the interaction on the entry; rows pick it by that name
+        config.setdefault("name", entry["name"])
+    return cls(config=config)

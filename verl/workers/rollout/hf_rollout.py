@@ -70,11 +70,11 @@ class HFRollout(BaseRollout):
         """
         batch_size = len(prompts)
         micro = self.config.micro_batch_size or batch_size
-        with self._full_params():
+        with self.generation_context():
             outputs = [self._generate_minibatch(prompts[i : i + micro]) for i in range(0, batch_size, micro)]
         return DataProto.concat(outputs)
 
-    def _full_params(self):
+    def generation_context(self):
         """Unshard a sharded module for the whole call, so generation steps need no collectives (ranks stop at
         different steps). Entering is a collective: every rank of the shard group must call generate_sequences."""
         version = fsdp_version(self.module)
@@ -100,6 +100,47 @@ class HFRollout(BaseRollout):
             "top_k": max(0, int(request.top_k)),  # verl's -1 ("off") is HF's 0
             "num_return_sequences": int(request.n),
         }
+
+    @torch.no_grad()
+    def generate_turns(
+        self, prompts: list[list[int]], max_tokens: list[int], request: SamplingRequest, stop_token_ids: list[int]
+    ) -> list:
+        """One assistant turn per token-id prompt (the multi-turn loop's engine call): each row's ids through its
+        first stop token, at most its own ``max_tokens``. No log-probs (the trainer recomputes them).
+
+        Call it inside ``generation_context()``: a sharded module is unsharded once for all the turns of a batch,
+        since ranks whose conversations take different numbers of turns cannot meet in a collective per turn.
+        """
+        from verl.workers.rollout.multi_turn.rollout import GeneratedTurn
+
+        gen_kwargs = {**self._generation_kwargs(request), "num_return_sequences": 1}
+        micro = self.config.micro_batch_size or len(prompts)
+        device = next(self.module.parameters()).device
+        turns = []
+        was_training = self.module.training
+        self.module.eval()
+        with autocast_context():
+            for start in range(0, len(prompts), micro):
+                rows, limits = prompts[start : start + micro], max_tokens[start : start + micro]
+                width = max(len(r) for r in rows)
+                # Left padding with a real stop id: the mask hides it, and any id is a valid embedding index.
+                ids = torch.tensor([[stop_token_ids[0]] * (width - len(r)) + r for r in rows], device=device)
+                mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+                config = GenerationConfig(
+                    max_new_tokens=max(limits),
+                    eos_token_id=list(stop_token_ids),
+                    pad_token_id=stop_token_ids[0],
+                    use_cache=True,
+                    **gen_kwargs,
+                )
+                out = self.module.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+                for row, limit in zip(out[:, width:].tolist(), limits):
+                    row = row[:limit]
+                    ends = [i for i, tok in enumerate(row) if tok in stop_token_ids]
+                    turns.append(GeneratedTurn(row[: ends[0] + 1] if ends else row))
+        if was_training:
+            self.module.train()
+        return turns
 
     @torch.no_grad()
     def _generate_minibatch(self, prompts: DataProto) -> DataProto:

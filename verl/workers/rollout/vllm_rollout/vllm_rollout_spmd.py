@@ -336,3 +336,30 @@ class vLLMRollout(BaseRollout):
             padded = [lp + [-1.0] * (response_length - len(lp)) for lp in log_probs]
             batch["rollout_log_probs"] = torch.tensor(padded, dtype=torch.float32, device=idx.device)
         return DataProto(batch=batch, non_tensor_batch=non_tensor)
+
+    @torch.no_grad()
+    def generate_turns(
+        self, prompts: list[list[int]], max_tokens: list[int], request: SamplingRequest, stop_token_ids: list[int]
+    ) -> list:
+        """One assistant turn per token-id prompt (the multi-turn loop's engine call), each stopping at a stop
+        token or its own ``max_tokens``; with ``calculate_log_probs`` the sampled tokens' log-probs too."""
+        from verl.workers.rollout.multi_turn.rollout import GeneratedTurn
+
+        params = dict(self.sampling_kwargs)
+        params.update(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k, n=1)
+        if not request.do_sample:
+            params["min_p"] = 0.0
+        params.update(ignore_eos=True, stop_token_ids=[int(t) for t in stop_token_ids])
+        sampling = [SamplingParams(**{**params, "max_tokens": max(1, int(m))}) for m in max_tokens]
+        outputs = self.inference_engine.generate(
+            prompts=[{"prompt_token_ids": list(p)} for p in prompts], sampling_params=sampling, use_tqdm=False
+        )
+        turns = []
+        for output in outputs:
+            sample = output.outputs[0]
+            tokens = list(sample.token_ids)
+            log_probs = None
+            if self.calculate_log_probs:
+                log_probs = [step[tok].logprob for tok, step in zip(tokens, sample.logprobs)]
+            turns.append(GeneratedTurn(tokens, log_probs))
+        return turns

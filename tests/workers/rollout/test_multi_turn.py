@@ -1,0 +1,259 @@
+"""Multi-turn rollout: the Hermes parser, the turn loop's bookkeeping (loss mask, token ids equal to the re-tokenised
+conversation, tool errors as messages, budgets), and the real HF engine on a tiny model."""
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from transformers import AutoTokenizer
+
+from verl.protocol import DataProto
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.utils.tiny_model import make_tiny_model_dir
+from verl.workers.config import RolloutConfig
+from verl.workers.rollout.multi_turn import GeneratedTurn, MultiTurnRollout, get_tool_parser
+from verl.workers.rollout.multi_turn.chat import ChatTemplate
+from verl.workers.rollout.multi_turn.rollout import truncate_text
+
+TOKENIZER = "verl/assets/tokenizer"
+P, T = 1024, 1024  # byte-level tokenizer: the tool schema alone is ~600 tokens
+
+
+# ------------------------------------------------------------------------------------------------ parser
+def test_hermes_parses_well_formed_malformed_and_partial_calls():
+    parser = get_tool_parser("hermes")
+    text = (
+        'Let me check.<tool_call>\n{"name": "mul", "arguments": {"a": 12, "b": 34}}\n</tool_call>'
+        '<tool_call>{"name": "mul", "arguments": "{\\"a\\": 1}"}</tool_call>'
+        "<tool_call>{not json}</tool_call>"
+        '<tool_call>{"arguments": {}}</tool_call>'
+        '<tool_call>{"name": "mul", "argu'
+    )
+    turn = parser.parse(text)
+    assert turn.content == "Let me check."
+    assert [(c.name, json.loads(c.arguments)) for c in turn.calls] == [("mul", {"a": 12, "b": 34}), ("mul", {"a": 1})]
+    assert len(turn.errors) == 3
+    assert "not valid JSON" in turn.errors[0] and "'name'" in turn.errors[1] and "unfinished" in turn.errors[2]
+    assert parser.parse("no calls here").calls == []
+    with pytest.raises(KeyError, match="multi_turn.format='xml'.*hermes"):
+        get_tool_parser("xml")
+
+
+def test_truncate_text_sides():
+    assert truncate_text("abcdefghij", 4, "left") == "abcd...(truncated)..."
+    assert truncate_text("abcdefghij", 4, "right") == "...(truncated)...ghij"
+    assert truncate_text("abcdefghij", 4, "middle") == "ab...(truncated)...ij"
+    assert truncate_text("abc", 4, "middle") == "abc"
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+MUL_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "mul",
+        "description": "Multiply two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+class MulTool(BaseTool):
+    """Multiplies; its reward is the number of calls the trajectory made."""
+
+    def __init__(self, config=None, tool_schema=None):
+        super().__init__(config or {}, tool_schema or OpenAIFunctionToolSchema.model_validate(MUL_SCHEMA))
+        self.calls, self.released = {}, []
+
+    async def create(self, instance_id=None, **kwargs):
+        self.calls[instance_id] = 0
+        return instance_id
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        if parameters.get("a") == "slow":
+            await asyncio.sleep(5)
+        self.calls[instance_id] += 1
+        return f"result={int(parameters['a']) * int(parameters['b'])}", 0.0, {}
+
+    async def calc_reward(self, instance_id, **kwargs):
+        return float(self.calls[instance_id])
+
+    async def release(self, instance_id, **kwargs):
+        self.released.append(instance_id)
+
+
+class ScriptedEngine:
+    """Answers turn k of a conversation with ``replies[k]`` (k = tool/user responses seen so far)."""
+
+    def __init__(self, tokenizer, replies, end_id):
+        self.tokenizer, self.replies, self.end_id = tokenizer, replies, end_id
+        self.calls = 0
+
+    def generate_turns(self, prompts, max_tokens, request, stop_token_ids):
+        assert self.end_id in stop_token_ids
+        self.calls += 1
+        turns = []
+        for ids, limit in zip(prompts, max_tokens):
+            seen = self.tokenizer.decode(ids)
+            k = seen.count("<tool_response>") + seen.count("Try again")
+            tokens = self.tokenizer.encode(self.replies[min(k, len(self.replies) - 1)], add_special_tokens=False)
+            tokens = (tokens + [self.end_id])[:limit]
+            turns.append(GeneratedTurn(tokens, [-0.5] * len(tokens)))
+        return turns
+
+
+def _config(**multi_turn):
+    return RolloutConfig.from_config(
+        OmegaConf.create(
+            {
+                "name": "hf",
+                "prompt_length": P,
+                "response_length": T,
+                "n": 2,
+                "do_sample": True,
+                "multi_turn": {"enable": True, **multi_turn},
+            }
+        )
+    )
+
+
+def _prompts(tokenizer, rows=1, tools_kwargs=None):
+    raw = np.empty(rows, dtype=object)
+    raw[:] = [[{"role": "user", "content": f"What is 12*{30 + i}?"}] for i in range(rows)]
+    non_tensor = {"raw_prompt": raw, "data_source": np.array(["calc"] * rows, dtype=object)}
+    if tools_kwargs is not None:
+        kwargs = np.empty(rows, dtype=object)
+        kwargs[:] = [tools_kwargs] * rows
+        non_tensor["tools_kwargs"] = kwargs
+    meta = {"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    return DataProto.from_dict(
+        tensors={"input_ids": torch.zeros(rows, 4, dtype=torch.long)}, non_tensors=non_tensor, meta_info=meta
+    )
+
+
+CALL = '<tool_call>\n{"name": "mul", "arguments": {"a": 12, "b": 30}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TOKENIZER)
+
+
+def _rollout(tokenizer, replies, tool=None, **multi_turn):
+    end = ChatTemplate(tokenizer).end_of_turn_id
+    engine = ScriptedEngine(tokenizer, replies, end)
+    return MultiTurnRollout(engine, _config(**multi_turn), tokenizer, tools=[tool or MulTool()]), engine
+
+
+def test_tool_turn_then_answer_masks_and_token_ids(tokenizer):
+    tool = MulTool()
+    rollout, engine = _rollout(tokenizer, [CALL, "The answer is 360."], tool=tool)
+    out = rollout.generate_sequences(_prompts(tokenizer, rows=2))
+    assert len(out) == 4 and engine.calls == 2  # 2 prompts x n=2, two turns each, one engine call per turn
+    chat = ChatTemplate(tokenizer)
+    for i in range(4):
+        messages = out.non_tensor_batch["messages"][i]
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+        assert messages[2]["content"] == "result=360"
+        mask = out.batch["attention_mask"][i].bool()
+        ids = out.batch["input_ids"][i][mask].tolist()
+        # the trajectory's ids are exactly the template's rendering of its final conversation
+        rendered = chat.render_ids(messages, [tool.tool_schema.model_dump(exclude_none=True)], False)
+        assert ids == rendered[: len(ids)] and len(rendered) - len(ids) <= 1  # only the template's last newline
+        # loss_mask is 1 exactly on the two generated turns (their text plus <|im_end|>)
+        response = out.batch["responses"][i]
+        lm = out.batch["loss_mask"][i, P:]
+        generated = response[lm.bool()].tolist()
+        expected = (
+            tokenizer.encode(CALL, add_special_tokens=False)
+            + [chat.end_of_turn_id]
+            + tokenizer.encode("The answer is 360.", add_special_tokens=False)
+            + [chat.end_of_turn_id]
+        )
+        assert generated == expected
+        assert out.batch["loss_mask"][i, :P].sum() == 0
+        assert (out.batch["rollout_log_probs"][i][lm.bool()] == -0.5).all()
+        assert out.non_tensor_batch["reward_scores"][i] == {"mul": 1.0, "user_turn_rewards": []}
+    assert list(out.non_tensor_batch["data_source"]) == ["calc"] * 4
+    assert len(tool.released) == 4
+    assert out.meta_info["metrics"]["multi_turn/token_drift_trajectories"] == 0
+    positions = out.batch["position_ids"][0][out.batch["attention_mask"][0].bool()]
+    assert torch.equal(positions, torch.arange(len(positions)))
+
+
+def test_tool_errors_become_messages_and_the_trajectory_goes_on(tokenizer):
+    bad = (
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "mul", "arguments": [1, 2]}</tool_call>'
+        "<tool_call>{oops}</tool_call>"
+    )
+    rollout, _ = _rollout(tokenizer, [bad, "Done."], max_parallel_calls=None)
+    out = rollout.generate_sequences(_prompts(tokenizer))
+    messages = out.non_tensor_batch["messages"][0]
+    tool_texts = [m["content"] for m in messages if m["role"] == "tool"]
+    assert "no tool named 'nope'" in tool_texts[0]
+    assert "must be a JSON object" in tool_texts[1]
+    assert "not valid JSON" in tool_texts[2]
+    assert messages[-1] == {"role": "assistant", "content": "Done."}
+    assert out.non_tensor_batch["reward_scores"][0]["mul"] == 0.0
+
+
+def test_timeout_parallel_limit_truncation_and_turn_budget(tokenizer):
+    slow = '<tool_call>{"name": "mul", "arguments": {"a": "slow", "b": 1}}</tool_call>'
+    two = CALL + CALL
+    rollout, _ = _rollout(tokenizer, [slow, two, CALL, CALL], tool_call_timeout=0.2, max_assistant_turns=3)
+    rollout.settings.max_tool_response_length = 5
+    out = rollout.generate_sequences(_prompts(tokenizer))
+    messages = out.non_tensor_batch["messages"][0]
+    tools = [m["content"] for m in messages if m["role"] == "tool"]
+    assert tools[0] == "Error: the call to mul did not finish within 0.2 s."  # our own messages are never cut
+    assert tools[1] == "re...(truncated)...360"  # the tool's "result=360" cut to 5 characters (both ends)
+    assert "only 1 tool call(s) per turn" in tools[2]
+    # the third assistant turn hit max_assistant_turns: its call is not run
+    assert sum(m["role"] == "assistant" for m in messages) == 3 and len(tools) == 3
+
+
+def test_length_budget_cuts_the_trajectory(tokenizer):
+    rollout, _ = _rollout(tokenizer, [CALL] * 50)
+    out = rollout.generate_sequences(_prompts(tokenizer))
+    assert out.batch["attention_mask"][0, P:].sum() == T  # filled to response_length, then stopped
+    assert out.batch["responses"].shape == (2, T)
+
+
+def test_missing_raw_prompt_and_unknown_tool_kwargs_are_refused(tokenizer):
+    rollout, _ = _rollout(tokenizer, ["x"])
+    data = _prompts(tokenizer)
+    data.non_tensor_batch.pop("raw_prompt")
+    with pytest.raises(KeyError, match="return_raw_chat=True"):
+        rollout.generate_sequences(data)
+    with pytest.raises(KeyError, match=r"row 0: tools_kwargs names tools \['search'\]"):
+        rollout.generate_sequences(_prompts(tokenizer, tools_kwargs={"search": {}}))
+
+
+# ------------------------------------------------------------------------------------------------ real engine
+def test_hf_engine_multi_turn_rows_are_consistent(tmp_path, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from verl.workers.rollout import HFRollout
+
+    model_dir = make_tiny_model_dir(str(tmp_path / "m"))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    config = _config(max_assistant_turns=2)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rollout = MultiTurnRollout(HFRollout(model, config), config, tok, tools=[MulTool()])
+    data = _prompts(tok, rows=2)
+    data.meta_info["response_length"] = 24
+    out = rollout.generate_sequences(data)
+    assert out.batch["input_ids"].shape == (4, P + T)
+    for i in range(4):
+        mask = out.batch["loss_mask"][i, P:].bool()
+        real = out.batch["attention_mask"][i, P:].bool()
+        assert (mask <= real).all() and 0 < mask.sum() <= 24
