@@ -183,7 +183,7 @@ def test_tool_turn_then_answer_masks_and_token_ids(tokenizer):
         assert out.non_tensor_batch["reward_scores"][i] == {"mul": 1.0, "user_turn_rewards": []}
     assert list(out.non_tensor_batch["data_source"]) == ["calc"] * 4
     assert len(tool.released) == 4
-    assert out.meta_info["metrics"]["multi_turn/token_drift_trajectories"] == 0
+    assert out.meta_info["rollout_metrics"]["multi_turn/token_drift_trajectories"] == 0
     positions = out.batch["position_ids"][0][out.batch["attention_mask"][0].bool()]
     assert torch.equal(positions, torch.arange(len(positions)))
 

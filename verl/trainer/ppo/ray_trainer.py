@@ -383,6 +383,7 @@ class RayPPOTrainer:
         """
         metrics: dict = {}
         batch = self._generate(batch, timing_raw)
+        metrics.update(batch.meta_info.pop("rollout_metrics", {}))  # e.g. the multi-turn loop's turns and tool calls
         self._balance_and_count_tokens(batch, metrics)
         with marked_timer("reward", timing_raw):
             batch, reward = self._compute_reward(batch, timing_raw)

@@ -283,7 +283,7 @@ class MultiTurnRollout(BaseRollout):
         non_tensor = {key: np.repeat(value, n, axis=0) for key, value in prompts.non_tensor_batch.items()}
         non_tensor["messages"] = _object_array([t.messages for t in trajectories])
         non_tensor["reward_scores"] = _object_array([t.reward_scores() for t in trajectories])
-        meta = {"metrics": self._metrics(trajectories, drift)}
+        meta = {"rollout_metrics": self._metrics(trajectories, drift)}
         return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def _matches_template(self, t: Trajectory) -> bool:
