@@ -1,7 +1,9 @@
 """Code reward without a sandbox service: run the ```python block against stdin/stdout test cases locally.
 
-This executes model-written code on this machine (in a subprocess with a time limit, no other isolation); use
-``reward_model.sandbox_fusion.url`` to run it in a SandboxFusion service instead.
+Model-written code runs on this machine in ``verl.utils.sandbox.run_python``: a fresh interpreter per case with
+CPU, memory and file-size limits, no network and no writes outside its own temporary directory (see that module for
+what each isolation layer does and what it cannot stop). Set ``reward_model.sandbox_fusion.url`` to run it in a
+SandboxFusion service instead.
 """
 
 from __future__ import annotations
