@@ -1,5 +1,5 @@
-"""Multi-turn GRPO end to end on 2 Ray workers: verl's GSM8K tool config and tool data (built by the shipped
-preprocessor from local files) with ``multi_turn.enable=True``, once with the HF rollout and once with vLLM."""
+"""Multi-turn GRPO end to end on 2 Ray workers: verl's GSM8K tool and interaction configs and tool data (built by the
+shipped preprocessor from local files) with ``multi_turn.enable=True``, once with the HF rollout and once with vLLM."""
 
 import importlib.util
 import json
@@ -13,7 +13,9 @@ from tests.trainer.ppo_e2e_utils import base_overrides, parse_console_metrics, r
 from verl.utils.tiny_model import make_tiny_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOL_CONFIG = os.path.join(ROOT, "examples", "multiturn", "config", "tool_config", "gsm8k_tool_config.yaml")
+CONFIGS = os.path.join(ROOT, "examples", "multiturn", "config")
+TOOL_CONFIG = os.path.join(CONFIGS, "tool_config", "gsm8k_tool_config.yaml")
+INTERACTION_CONFIG = os.path.join(CONFIGS, "interaction_config", "gsm8k_interaction_config.yaml")
 
 
 def _gsm8k_tool_data(root: str) -> dict:
@@ -43,6 +45,8 @@ def _overrides(ws: dict, rollout: str) -> list[str]:
         "data.max_response_length=48",
         "actor_rollout_ref.rollout.multi_turn.enable=True",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={TOOL_CONFIG}",
+        # the interaction answers every turn without a tool call (the rows carry interaction_kwargs too)
+        f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={INTERACTION_CONFIG}",
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
         f"actor_rollout_ref.rollout.name={rollout}",
         "actor_rollout_ref.rollout.temperature=1.0",
@@ -60,6 +64,7 @@ def _run(tmp_path, rollout: str, model_kwargs: dict):
     assert [s["step"] for s in steps] == [1, 2], result.stdout[-2000:]
     for step in steps:
         assert step["multi_turn/assistant_turns_mean"] >= 1
+        assert "multi_turn/user_turns_mean" in step  # a random model's turns mostly end at the length limit
         # a random model rarely writes a well-formed call; the loop's tool path is covered turn by turn in
         # tests/workers/rollout/test_multi_turn.py, the plumbing through Ray, rewards and the update here
         assert "multi_turn/tool_calls_mean" in step and "multi_turn/token_drift_trajectories" in step

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from verl.utils.reward_score import default_compute_score, prime_code, prime_math, sandbox_fusion
+from verl.utils.reward_score import default_compute_score, prime_code, prime_math
 from verl.utils.reward_score.prime_code.testing_util import run_test
 
 ADD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
@@ -47,10 +47,3 @@ def test_prime_code_call_based_runtime_error_and_timeout():
     results, _ = run_test({"inputs": [""], "outputs": [""]}, "while True:\n    pass\n", timeout=0.5)
     assert results == [-1]
     assert prime_code.compute_score(ADD, "not json")[0] is False
-
-
-def test_sandbox_fusion_says_what_to_do():
-    with pytest.raises(NotImplementedError, match="sandbox_fusion.url"):
-        default_compute_score("codecontests", ADD, "{}", sandbox_fusion_url="http://localhost:8080")
-    with pytest.raises(NotImplementedError):
-        sandbox_fusion.compute_score("http://x", None, 1024, ADD, "{}")

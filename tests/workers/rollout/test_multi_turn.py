@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 from verl.protocol import DataProto
+from verl.interactions.base import BaseInteraction
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.tiny_model import make_tiny_model_dir
@@ -218,6 +219,49 @@ def test_timeout_parallel_limit_truncation_and_turn_budget(tokenizer):
     assert "only 1 tool call(s) per turn" in tools[2]
     # the third assistant turn hit max_assistant_turns: its call is not run
     assert sum(m["role"] == "assistant" for m in messages) == 3 and len(tools) == 3
+
+
+class RetryInteraction(BaseInteraction):
+    """Says "Try again" until the assistant's last message contains 360; its turn score is 1 or 0."""
+
+    def __init__(self):
+        super().__init__({"name": "retry"})
+        self.started, self.finished = {}, []
+
+    async def start_interaction(self, instance_id=None, **kwargs):
+        self.started[instance_id] = kwargs
+        return instance_id
+
+    async def generate_response(self, instance_id, messages, **kwargs):
+        right = "360" in messages[-1]["content"]
+        return right, ("Correct." if right else "Try again."), float(right), {}
+
+    async def finalize_interaction(self, instance_id, **kwargs):
+        self.finished.append(instance_id)
+
+
+def test_interaction_answers_until_it_ends_the_conversation(tokenizer):
+    interaction = RetryInteraction()
+    end = ChatTemplate(tokenizer).end_of_turn_id
+    engine = ScriptedEngine(tokenizer, ["It is 350.", "It is 355.", "It is 360."], end)
+    rollout = MultiTurnRollout(engine, _config(), tokenizer, tools=[], interaction=interaction)
+    data = _prompts(tokenizer)
+    kwargs = np.empty(1, dtype=object)
+    kwargs[:] = [{"name": "retry", "ground_truth": "360"}]
+    data.non_tensor_batch["interaction_kwargs"] = kwargs
+    out = rollout.generate_sequences(data)
+    messages = out.non_tensor_batch["messages"][0]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert out.non_tensor_batch["reward_scores"][0] == {"user_turn_rewards": [0.0, 0.0, 1.0]}
+    assert list(interaction.started.values()) == [{"name": "retry", "ground_truth": "360"}] * 2
+    assert sorted(interaction.finished) == sorted(interaction.started)
+    # the user turns are context: only the three assistant turns are trained on
+    generated = out.batch["responses"][0][out.batch["loss_mask"][0, P:].bool()].tolist()
+    assert tokenizer.decode(generated).count("It is") == 3
+    # max_user_turns=1: the second wrong answer is not answered any more
+    rollout.settings.max_user_turns = 1
+    out = rollout.generate_sequences(data)
+    assert [m["role"] for m in out.non_tensor_batch["messages"][0]] == ["user", "assistant", "user", "assistant"]
 
 
 def test_length_budget_cuts_the_trajectory(tokenizer):

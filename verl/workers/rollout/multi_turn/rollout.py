@@ -304,6 +304,7 @@ class MultiTurnRollout(BaseRollout):
         return {
             "multi_turn/assistant_turns_mean": sum(t.assistant_turns for t in trajectories) / count,
             "multi_turn/tool_calls_mean": sum(t.tool_calls for t in trajectories) / count,
+            "multi_turn/user_turns_mean": sum(t.user_turns for t in trajectories) / count,
             "multi_turn/tool_seconds": self._tool_seconds,
             "multi_turn/token_drift_trajectories": float(drift),
         }
