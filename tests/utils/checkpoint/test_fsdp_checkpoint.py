@@ -122,6 +122,7 @@ def _worker(rank: int, root: str, model_dir: str):
     # Rotation: with max_ckpt_to_keep=2, saving step 3 deletes step 1's actor folder.
     manager.save_checkpoint(os.path.join(root, "global_step_2", "actor"), global_step=2, max_ckpt_to_keep=2)
     assert os.path.isdir(path1)
+    dist.barrier()  # rank 0 deletes path1 early in the next save: every rank must have looked at it first
     manager.save_checkpoint(os.path.join(root, "global_step_3", "actor"), global_step=3, max_ckpt_to_keep=2)
     dist.barrier()
     assert not os.path.exists(path1)
