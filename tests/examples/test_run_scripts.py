@@ -96,3 +96,18 @@ def test_tuning_script_settings_are_valid_config(size):
     typed = PPOConfig.from_config(compose_config(overrides))
     assert typed.algorithm.adv_estimator == "grpo" and typed.actor_rollout_ref.actor.use_dynamic_bsz
     assert typed.trainer.experiment_name == f"grpo_{size}"
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["examples/multiturn/run_qwen2.5-0.5b_gsm8k_multiturn.sh", "examples/multiturn/run_tiny_cpu_gsm8k_multiturn.sh"],
+)
+def test_multiturn_scripts_use_known_keys_and_shipped_configs(script):
+    overrides = _overrides(script)
+    cfg = _apply("ppo_trainer.yaml", overrides)
+    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+    assert multi_turn.enable is True and cfg.data.return_raw_chat is True
+    for key in ("tool_config_path", "interaction_config_path"):
+        path = multi_turn.get(key)
+        if path:  # $CONFIG_DIR is the script's own config folder
+            assert os.path.isfile(path.replace("$CONFIG_DIR", os.path.join(ROOT, "examples", "multiturn", "config")))
