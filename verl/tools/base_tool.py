@@ -8,13 +8,17 @@ tools (a sandbox, an HTTP service) never block the other trajectories of the bat
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
 
 class BaseTool:
     """Base class of every tool. Subclasses override ``execute`` (and usually ``create``/``calc_reward``)."""
+
+    # ``create_kwargs`` every row offered this tool must carry in ``extra_info.tools_kwargs[<name>]`` (e.g. the
+    # ground truth); the config check reads the data files and refuses a row without them before Ray starts.
+    REQUIRED_CREATE_KWARGS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
         self.config = dict(config or {})

@@ -63,6 +63,8 @@ class Gsm8kAnswerStore:
 class Gsm8kTool(BaseTool, Gsm8kAnswerStore):
     """Scores the ``answer`` argument against the trajectory's GSM8K ground truth."""
 
+    REQUIRED_CREATE_KWARGS = ("ground_truth",)  # without it every answer would silently score 0
+
     def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
         super().__init__(config, tool_schema)
         self._instance_dict: dict[str, dict[str, Any]] = {}

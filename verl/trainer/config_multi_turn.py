@@ -51,21 +51,60 @@ def check_multi_turn(config, check_files: bool = True) -> None:
     if settings.tool_call_timeout is not None and settings.tool_call_timeout <= 0:
         raise ConfigError(f"{_KEY}.tool_call_timeout={settings.tool_call_timeout} must be > 0 (or null: no limit)")
     if check_files and settings.tool_config_path:
-        _check_classes(settings.tool_config_path, "tool_config_path", "tools")
+        required = _check_classes(settings.tool_config_path, "tool_config_path", "tools")
+        for key in ("data.train_files", "data.val_files"):
+            files = config.data.train_files if key == "data.train_files" else config.data.val_files
+            for path in [files] if isinstance(files, str) else list(files or []):
+                _check_tools_kwargs(key, str(path), required)
     if check_files and settings.interaction_config_path:
         _check_classes(settings.interaction_config_path, "interaction_config_path", "interaction")
 
 
-def _check_classes(path: str, key: str, section: str) -> None:
-    """Read a tool/interaction file and import every class it names (nothing is constructed)."""
+def _check_classes(path: str, key: str, section: str) -> dict[str, tuple[str, ...]]:
+    """Read a tool/interaction file and import every class it names (nothing is constructed).
+
+    Returns the ``REQUIRED_CREATE_KWARGS`` of the tools whose file entry names them (``tool_schema.function.name``).
+    """
     from verl.interactions.utils.interaction_registry import load_interaction_entries
     from verl.tools.utils.tool_registry import load_tool_entries
     from verl.utils.import_utils import load_class_by_name
 
     load = load_tool_entries if section == "tools" else load_interaction_entries
+    required = {}
     try:
         entries = load(path)
         for i, entry in enumerate(entries):
-            load_class_by_name(entry["class_name"], f"{path}: {section}[{i}].class_name")
+            cls = load_class_by_name(entry["class_name"], f"{path}: {section}[{i}].class_name")
+            name = ((entry.get("tool_schema") or {}).get("function") or {}).get("name")
+            if name and getattr(cls, "REQUIRED_CREATE_KWARGS", ()):
+                required[name] = tuple(cls.REQUIRED_CREATE_KWARGS)
     except (OSError, ValueError, ImportError, AttributeError) as e:
         raise ConfigError(f"{_KEY}.{key}={path!r}: {e}") from None
+    return required
+
+
+def _check_tools_kwargs(key: str, path: str, required: dict[str, tuple[str, ...]]) -> None:
+    """Every row of a local parquet file carries the ``create_kwargs`` its offered tools need."""
+    import os
+
+    if not required or not path.endswith(".parquet") or not os.path.isfile(os.path.expanduser(path)):
+        return
+    import pyarrow.parquet as pq
+
+    local = os.path.expanduser(path)
+    if "extra_info" in pq.read_schema(local).names:
+        rows = pq.read_table(local, columns=["extra_info"]).column("extra_info").to_pylist()
+    else:
+        rows = [{}] * pq.read_metadata(local).num_rows
+    for index, extra in enumerate(rows):
+        tools_kwargs = (extra or {}).get("tools_kwargs") or {}
+        offered = list(tools_kwargs) if tools_kwargs else list(required)  # a row naming no tools gets them all
+        for name in offered:
+            given = (tools_kwargs.get(name) or {}).get("create_kwargs") or {}
+            missing = [arg for arg in required.get(name, ()) if given.get(arg) is None]
+            if missing:
+                raise ConfigError(
+                    f"{key}: row {index} of {path} offers tool {name!r} without create_kwargs {missing}; expected "
+                    f"extra_info.tools_kwargs.{name}.create_kwargs with them (see examples/data_preprocess/"
+                    "gsm8k_multiturn_w_tool.py)"
+                )

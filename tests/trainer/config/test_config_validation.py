@@ -338,3 +338,27 @@ def test_multi_turn_settings_the_rollout_cannot_honour(base_cfg, tmp_path, updat
 def test_async_mode_is_refused_before_ray(base_cfg):
     with pytest.raises(ConfigError, match="mode='async'.*not available yet.*mode=sync"):
         check_ppo_config(_with(base_cfg, actor_rollout_ref__rollout__mode="async"))
+
+
+def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, assets, tmp_path):
+    import pandas as pd
+
+    tools = os.path.join(os.path.dirname(CONFIG_DIR), "..", "..", "examples", "multiturn", "config", "tool_config")
+    gsm8k_tool = os.path.abspath(os.path.join(tools, "gsm8k_tool_config.yaml"))
+    cfg = _multi_turn(base_cfg, actor_rollout_ref__rollout__multi_turn__tool_config_path=gsm8k_tool)
+    # the base data has no tools_kwargs: every row would be offered calc_gsm8k_reward with no ground truth
+    with pytest.raises(
+        ConfigError, match=r"data.train_files: row 0 of .*train.parquet offers tool 'calc_gsm8k_reward'"
+    ):
+        check_ppo_config(cfg)
+    tool_kwargs = {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "2"}}}
+    rows = pd.DataFrame(
+        {
+            "prompt": [[{"role": "user", "content": "1+1?"}]] * 2,
+            "data_source": ["openai/gsm8k"] * 2,
+            "extra_info": [{"index": 0, "tools_kwargs": tool_kwargs}, {"index": 1, "tools_kwargs": tool_kwargs}],
+        }
+    )
+    rows.to_parquet(tmp_path / "tools.parquet")
+    good = str(tmp_path / "tools.parquet")
+    check_ppo_config(_with(cfg, data__train_files=good, data__val_files=good))
