@@ -41,6 +41,32 @@ def test_naive_dict_scores_become_extra_info(tokenizer, make_batch):
     assert result["reward_extra_info"] == {"score": [2.0, -1.0], "acc": [True, False], "length": [3, 4]}
 
 
+def test_multi_turn_tool_rewards_reach_the_scorer(tokenizer, make_batch):
+    import numpy as np
+
+    def score(data_source, solution_str, ground_truth, extra_info=None):
+        return (
+            extra_info["index"]
+            + extra_info["reward_scores"]["calc"]
+            + sum(extra_info["reward_scores"]["user_turn_rewards"])
+        )
+
+    def batch_score(data_sources, solution_strs, ground_truths, extra_infos):
+        return [score(None, None, None, e) for e in extra_infos]
+
+    data = make_batch(["a", "b"], ["x", "y"], ["1", "1"])
+    scores = np.empty(2, dtype=object)
+    scores[:] = [{"calc": 1.0, "user_turn_rewards": [0.5]}, {"calc": 0.0, "user_turn_rewards": []}]
+    data.non_tensor_batch["reward_scores"] = scores
+    for manager in (
+        NaiveRewardManager(tokenizer, 0, compute_score=score),
+        BatchRewardManager(tokenizer, 0, batch_score),
+    ):
+        rewards = manager(data)
+        assert rewards[0, 0] == 1.5 and rewards[1, 0] == 1.0  # index + tool reward + turn scores
+    assert data.non_tensor_batch["extra_info"][0] == {"index": 0}  # the row's own extra_info is not changed
+
+
 def test_rm_scores_bypass_rule(tokenizer, make_batch):
     data = make_batch(["a"], ["b"], ["c"])
     data.batch["rm_scores"] = torch.full((1, 12), 0.5)

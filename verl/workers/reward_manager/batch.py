@@ -8,7 +8,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S, GuardedCall
-from verl.workers.reward_manager.naive import decode_sample, merge_extra_info, split_score
+from verl.workers.reward_manager.naive import decode_sample, merge_extra_info, sample_extra_infos, split_score
 from verl.workers.reward_manager.registry import register
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class BatchRewardManager:
         responses = [decode_sample(self.tokenizer, data[i], prompt_length)[1] for i in range(len(data))]
         ground_truths = [item["ground_truth"] for item in data.non_tensor_batch["reward_model"]]
         data_sources = data.non_tensor_batch[self.reward_fn_key]
-        extra_infos = data.non_tensor_batch.get("extra_info", [None] * len(data))
+        extra_infos = sample_extra_infos(data)
         ok, scores, error = self._guarded(
             data_sources=data_sources,
             solution_strs=responses,

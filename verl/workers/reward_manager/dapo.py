@@ -9,7 +9,13 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S
 from verl.workers.config import OverlongBufferConfig
-from verl.workers.reward_manager.naive import NaiveRewardManager, decode_sample, merge_extra_info, print_examined
+from verl.workers.reward_manager.naive import (
+    NaiveRewardManager,
+    decode_sample,
+    merge_extra_info,
+    print_examined,
+    sample_extra_infos,
+)
 from verl.workers.reward_manager.registry import register
 
 logger = logging.getLogger(__name__)
@@ -59,6 +65,7 @@ class DAPORewardManager(NaiveRewardManager):
         already_printed: dict[str, int] = {}
         eos_token = self.tokenizer.eos_token
 
+        extra_infos = sample_extra_infos(data)
         for i in range(len(data)):
             item = data[i]
             prompt_str, response_str, valid_response_length = decode_sample(self.tokenizer, item, prompt_length)
@@ -66,10 +73,12 @@ class DAPORewardManager(NaiveRewardManager):
                 response_str = response_str[: -len(eos_token)]
             ground_truth = item.non_tensor_batch["reward_model"]["ground_truth"]
             data_source = item.non_tensor_batch[self.reward_fn_key]
-            extra_info = item.non_tensor_batch.get("extra_info", None)
-
             score, info = self._score(
-                i, data_source=data_source, solution_str=response_str, ground_truth=ground_truth, extra_info=extra_info
+                i,
+                data_source=data_source,
+                solution_str=response_str,
+                ground_truth=ground_truth,
+                extra_info=extra_infos[i],
             )
             info = dict(info)
             reward = score

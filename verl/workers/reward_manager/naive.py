@@ -13,7 +13,7 @@ from verl.workers.reward_manager.registry import register
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NaiveRewardManager", "decode_sample", "merge_extra_info", "split_score"]
+__all__ = ["NaiveRewardManager", "decode_sample", "merge_extra_info", "sample_extra_infos", "split_score"]
 
 
 def decode_sample(tokenizer, item, prompt_length: int) -> tuple[str, str, int]:
@@ -29,6 +29,17 @@ def decode_sample(tokenizer, item, prompt_length: int) -> tuple[str, str, int]:
     prompt_str = tokenizer.decode(prompt_ids, skip_special_tokens=True)
     response_str = tokenizer.decode(response_ids, skip_special_tokens=True)
     return prompt_str, response_str, valid_response_length
+
+
+def sample_extra_infos(data: DataProto) -> list:
+    """Each sample's ``extra_info`` for the scorer. After a multi-turn rollout it also holds ``reward_scores`` (each
+    tool's reward by tool name and the interaction's ``user_turn_rewards``), so a reward function can use them."""
+    size = len(data)
+    infos = data.non_tensor_batch["extra_info"] if "extra_info" in data.non_tensor_batch else [None] * size
+    if "reward_scores" not in data.non_tensor_batch:
+        return list(infos)
+    scores = data.non_tensor_batch["reward_scores"]
+    return [{**(infos[i] or {}), "reward_scores": scores[i]} for i in range(size)]
 
 
 def split_score(result) -> tuple[float, dict]:
@@ -124,16 +135,19 @@ class NaiveRewardManager:
         infos: list[dict] = []
         prompt_length = data.batch["prompts"].shape[-1]
         already_printed: dict[str, int] = {}
+        extra_infos = sample_extra_infos(data)
 
         for i in range(len(data)):
             item = data[i]
             prompt_str, response_str, valid_response_length = decode_sample(self.tokenizer, item, prompt_length)
             ground_truth = item.non_tensor_batch["reward_model"]["ground_truth"]
             data_source = item.non_tensor_batch[self.reward_fn_key]
-            extra_info = item.non_tensor_batch.get("extra_info", None)
-
             reward, info = self._score(
-                i, data_source=data_source, solution_str=response_str, ground_truth=ground_truth, extra_info=extra_info
+                i,
+                data_source=data_source,
+                solution_str=response_str,
+                ground_truth=ground_truth,
+                extra_info=extra_infos[i],
             )
             infos.append(info)
             reward_tensor[i, max(valid_response_length - 1, 0)] = reward

@@ -12,6 +12,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.reward_score import default_compute_score
+from verl.workers.reward_manager.naive import sample_extra_infos
 from verl.workers.reward_manager.registry import register
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class PrimeRewardManager:
         completions = self.tokenizer.batch_decode(data.batch["responses"], skip_special_tokens=True)
         references = [item["ground_truth"] for item in data.non_tensor_batch["reward_model"]]
         tasks = list(data.non_tensor_batch[self.reward_fn_key])
-        extra_info = data.non_tensor_batch.get("extra_info", None)
+        extra_info = sample_extra_infos(data)
         scores = parallel_compute_score(
             self.compute_score,
             completions,
