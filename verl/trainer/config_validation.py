@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from verl.trainer.config_capabilities import check_runtime_support
 from verl.trainer.config_multi_turn import check_multi_turn
 from verl.utils.batch_sizes import (
     ConfigError,
@@ -527,7 +528,12 @@ def _check_vllm_cpu_model(config, hf_config, path_key: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ entry point
+def _check_runtime_support(config, ctx: _Context) -> None:
+    check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref)
+
+
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
+    _check_runtime_support,
     _check_choices,
     _check_estimator,
     _check_rollout,

@@ -362,3 +362,32 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
     rows.to_parquet(tmp_path / "tools.parquet")
     good = str(tmp_path / "tools.parquet")
     check_ppo_config(_with(cfg, data__train_files=good, data__val_files=good))
+
+
+@pytest.mark.parametrize(
+    "updates, expected",
+    [
+        (
+            {"critic__ulysses_sequence_parallel_size": 2, "critic__model__use_remove_padding": True},
+            "critic.ulysses_sequence_parallel_size=2: sequence parallelism is not implemented in the PPO",
+        ),
+        ({"actor_rollout_ref__model__enable_activation_offload": True}, "enable_activation_offload=True is not impl"),
+        ({"critic__model__enable_activation_offload": True}, "critic.model.enable_activation_offload=True"),
+        (
+            {"actor_rollout_ref__model__use_liger": True},
+            "use_liger=True: the Liger kernels are applied only by the SFT",
+        ),
+        ({"actor_rollout_ref__model__use_fused_kernels": True}, "use_fused_kernels=True is not implemented"),
+        (
+            {"actor_rollout_ref__model__lora_rank": 8, "actor_rollout_ref__rollout__name": "vllm"},
+            "lora_rank=8 with rollout.name=vllm.*use actor_rollout_ref.rollout.name=hf",
+        ),
+    ],
+)
+def test_settings_the_workers_cannot_honour_are_refused_before_ray(base_cfg, updates, expected):
+    with pytest.raises(ConfigError, match=expected):
+        check_ppo_config(_with(base_cfg, **updates))
+
+
+def test_lora_with_the_hf_rollout_is_accepted(base_cfg):
+    check_ppo_config(_with(base_cfg, actor_rollout_ref__model__lora_rank=8))
