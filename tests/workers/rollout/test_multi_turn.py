@@ -3,6 +3,7 @@ conversation, tool errors as messages, budgets), and the real HF engine on a tin
 
 import asyncio
 import json
+import time
 
 import numpy as np
 import pytest
@@ -10,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
-from verl.protocol import DataProto
 from verl.interactions.base import BaseInteraction
+from verl.protocol import DataProto
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.tiny_model import make_tiny_model_dir
@@ -301,3 +302,45 @@ def test_hf_engine_multi_turn_rows_are_consistent(tmp_path, tokenizer):
         mask = out.batch["loss_mask"][i, P:].bool()
         real = out.batch["attention_mask"][i, P:].bool()
         assert (mask <= real).all() and 0 < mask.sum() <= 24
+
+
+class SleepTool(MulTool):
+    """A multiplication that takes 0.5 s (awaiting, as an HTTP tool would); records when it ran."""
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        self.window = [time.perf_counter()]
+        await asyncio.sleep(0.5)
+        self.window.append(time.perf_counter())
+        return await super().execute(instance_id, parameters, **kwargs)
+
+
+class PerRowEngine(ScriptedEngine):
+    """Row "12*30": one tool call, then the answer; other rows: three wrong answers for the interaction."""
+
+    def generate_turns(self, prompts, max_tokens, request, stop_token_ids):
+        self.served = getattr(self, "served", []) + [(time.perf_counter(), len(prompts))]
+        turns = []
+        for ids in prompts:
+            seen = self.tokenizer.decode(ids)
+            k = seen.count("<tool_response>") + seen.count("Try again")
+            replies = [CALL, "It is 360."] if "12*30?" in seen else ["It is 1.", "It is 2.", "It is 360."]
+            tokens = self.tokenizer.encode(replies[min(k, len(replies) - 1)], add_special_tokens=False)
+            turns.append(GeneratedTurn(tokens + [self.end_id]))
+        return turns
+
+
+def test_a_slow_tool_holds_back_only_its_own_trajectory(tokenizer):
+    tool = SleepTool()
+    engine = PerRowEngine(tokenizer, [], ChatTemplate(tokenizer).end_of_turn_id)
+    config = _config()
+    config.n = 1
+    rollout = MultiTurnRollout(engine, config, tokenizer, tools=[tool], interaction=RetryInteraction())
+    data = _prompts(tokenizer, rows=2)  # "What is 12*30?" (the tool) and "What is 12*31?" (the interaction)
+    out = rollout.generate_sequences(data)
+    roles = [[m["role"] for m in out.non_tensor_batch["messages"][i]] for i in range(2)]
+    assert roles[0][:4] == ["user", "assistant", "tool", "assistant"]  # then the interaction says "Correct."
+    assert roles[1] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    start, end = tool.window
+    # the interaction's row kept generating while the tool call was running
+    assert any(start < t < end and size == 1 for t, size in engine.served), (engine.served, tool.window)
+    assert engine.served[0][1] == 2  # the first turns of both rows went in one call

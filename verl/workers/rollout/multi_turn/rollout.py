@@ -1,7 +1,8 @@
 """Multi-turn rollout with tools and interactions, on any engine that can continue a batch of token-id prompts.
 
-Turn-synchronous: every live trajectory of the batch generates its next assistant turn in one engine call, then the
-tool calls of all trajectories run concurrently (each with a timeout), then interactions answer; a trajectory stops
+Every trajectory is its own coroutine: it asks for its next assistant turn, runs its tool calls (concurrently, each
+with a timeout) or lets the interaction answer, and asks again; the turns that are ready are generated together in
+one engine call (``TurnBatcher``), so a slow tool holds back only its own conversation. A trajectory stops
 on a turn without calls, at ``max_assistant_turns`` / ``max_user_turns``, when the interaction ends it, or at the
 response length. The output has the single-turn rollout's columns plus ``loss_mask`` (1 only on generated tokens),
 and the non-tensor ``messages`` and ``reward_scores``.
@@ -26,6 +27,7 @@ from verl.protocol import DataProto
 from verl.tools.schemas import OpenAIFunctionCallSchema, OpenAIFunctionParsedSchema
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
+from verl.workers.rollout.multi_turn.batcher import TurnBatcher
 from verl.workers.rollout.multi_turn.chat import ChatTemplate
 from verl.workers.rollout.multi_turn.tool_parser import ParsedTurn, get_tool_parser
 from verl.workers.rollout.multi_turn.trajectory import Trajectory
@@ -109,16 +111,25 @@ class MultiTurnRollout(BaseRollout):
         request = SamplingRequest.resolve(meta, self.config)
         trajectories = self._start(prompts, request)
         self._tool_seconds = 0.0
-        await asyncio.gather(*(self._open(t) for t in trajectories))
+        batcher = TurnBatcher(self.engine, request, stop_ids, live=len(trajectories))
+        server = asyncio.ensure_future(batcher.serve())
         try:
-            while live := [t for t in trajectories if not t.done]:
-                turns = self.engine.generate_turns(
-                    [t.generation_prompt for t in live], [t.remaining for t in live], request, stop_ids
-                )
-                await asyncio.gather(*(self._after_turn(t, turn, stop_ids) for t, turn in zip(live, turns)))
+            await asyncio.gather(*(self._run(t, batcher, stop_ids) for t in trajectories))
         finally:
+            server.cancel()
             await asyncio.gather(*(self._close(t) for t in trajectories))
+        self._engine_calls = batcher.engine_calls
         return self._to_batch(prompts, trajectories, request.n, int(meta["pad_token_id"]))
+
+    async def _run(self, t: Trajectory, batcher: TurnBatcher, stop_ids: list[int]) -> None:
+        """One trajectory, as its own coroutine: a slow tool call holds back only this conversation."""
+        try:
+            await self._open(t)
+            while not t.done:
+                turn = await batcher.generate(t.generation_prompt, t.remaining)
+                await self._after_turn(t, turn, stop_ids)
+        finally:
+            batcher.finished()
 
     def _start(self, prompts: DataProto, request: SamplingRequest) -> list[Trajectory]:
         non_tensor = prompts.non_tensor_batch
@@ -306,6 +317,7 @@ class MultiTurnRollout(BaseRollout):
             "multi_turn/tool_calls_mean": sum(t.tool_calls for t in trajectories) / count,
             "multi_turn/user_turns_mean": sum(t.user_turns for t in trajectories) / count,
             "multi_turn/tool_seconds": self._tool_seconds,
+            "multi_turn/engine_calls": float(self._engine_calls),
             "multi_turn/token_drift_trajectories": float(drift),
         }
 
