@@ -130,6 +130,16 @@ def test_calculator_tool_answers_and_reports_errors():
     assert format_number(Fraction(-5, 2)) == "-2.5"
 
 
+def test_tool_config_builds_the_calculator():
+    import os
+
+    from verl.tools.base_tool import initialize_tools_from_config
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    (tool,) = initialize_tools_from_config(os.path.join(root, "recipe", "calc_tool", "tool_config.yaml"))
+    assert isinstance(tool, CalculatorTool) and tool.name == "calculator"
+
+
 # ------------------------------------------------------------------------------------------------ reward
 @pytest.mark.parametrize(
     ("response", "expected"),
