@@ -227,6 +227,29 @@ def test_hand_off_after_update_and_log_probs(engine, hf_model, tokenizer):
     assert sampled.batch["rollout_log_probs"].dtype == torch.float32
 
 
+# Runs before the tests that build engines of their own: freeing one tears down vLLM's process-wide parallel state,
+# after which the module's shared engine cannot run.
+def test_generate_turns_matches_hf_greedy_with_per_prompt_budgets(engine, hf_model, tokenizer):
+    """The multi-turn loop's engine call: token-id prompts of different lengths, one budget each, stop ids."""
+    from verl.workers.rollout.base import SamplingRequest
+
+    rollout, manager = engine
+    # byte-level ids; prompt + budget stays within the engine's max_model_len (P + T = 14)
+    prompts = [tokenizer.encode("2+2?", add_special_tokens=False), tokenizer.encode("Hi", add_special_tokens=False)]
+    greedy = SamplingRequest(do_sample=False, temperature=0.0, top_p=1.0, top_k=-1, n=1, response_length=T)
+    stop = [tokenizer.eos_token_id]
+    with manager:
+        turns = rollout.generate_turns(prompts, [3, 7], greedy, stop)
+    assert [len(t.token_ids) <= m for t, m in zip(turns, [3, 7])] == [True, True]
+    for prompt, turn, budget in zip(prompts, turns, [3, 7]):
+        with torch.no_grad():
+            ref = hf_model.generate(
+                torch.tensor([prompt]), max_new_tokens=budget, do_sample=False, eos_token_id=stop, pad_token_id=stop[0]
+            )[0, len(prompt) :].tolist()
+        assert turn.token_ids == ref[: len(turn.token_ids)] and len(turn.token_ids) == len(ref)
+        assert len(turn.log_probs) == len(turn.token_ids) and all(lp <= 0 for lp in turn.log_probs)
+
+
 def test_tied_embeddings_hand_off(tmp_path, tokenizer):
     path = make_tiny_model_dir(str(tmp_path / "tied"), seed=1, tie_word_embeddings=True, **DIMS)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -287,24 +310,3 @@ def test_fsdp2_two_rank_hand_off(model_dir, tokenizer, tmp_path):
     ref = hf_greedy(model, make_prompts(tokenizer, do_sample=False)).batch["responses"]
     for rank in range(WORLD):
         assert torch.equal(got[rank], ref), rank
-
-
-def test_generate_turns_matches_hf_greedy_with_per_prompt_budgets(engine, hf_model, tokenizer):
-    """The multi-turn loop's engine call: token-id prompts of different lengths, one budget each, stop ids."""
-    from verl.workers.rollout.base import SamplingRequest
-
-    rollout, manager = engine
-    # byte-level ids; prompt + budget stays within the engine's max_model_len (P + T = 14)
-    prompts = [tokenizer.encode("2+2?", add_special_tokens=False), tokenizer.encode("Hi", add_special_tokens=False)]
-    greedy = SamplingRequest(do_sample=False, temperature=0.0, top_p=1.0, top_k=-1, n=1, response_length=T)
-    stop = [tokenizer.eos_token_id]
-    with manager:
-        turns = rollout.generate_turns(prompts, [3, 7], greedy, stop)
-    assert [len(t.token_ids) <= m for t, m in zip(turns, [3, 7])] == [True, True]
-    for prompt, turn, budget in zip(prompts, turns, [3, 7]):
-        with torch.no_grad():
-            ref = hf_model.generate(
-                torch.tensor([prompt]), max_new_tokens=budget, do_sample=False, eos_token_id=stop, pad_token_id=stop[0]
-            )[0, len(prompt) :].tolist()
-        assert turn.token_ids == ref[: len(turn.token_ids)] and len(turn.token_ids) == len(ref)
-        assert len(turn.log_probs) == len(turn.token_ids) and all(lp <= 0 for lp in turn.log_probs)
