@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 
-import pandas as pd
-
 from recipe.calc_tool.calculator import SCHEMA
+from recipe.char_count.create_dataset import write_splits
 
 DATA_SOURCE = "calc_tool"
 TOOL_NAME = SCHEMA["function"]["name"]
@@ -147,23 +145,10 @@ def write_dataset(
     The first ``num_test`` problems are the test set; SFT trains on the next ``num_train``, RL on the first
     ``num_rl_train`` of those. ``task`` goes to :func:`make_problems` (min_digits, max_digits).
     """
-    if not 0 < num_rl_train <= num_train:
-        raise ValueError(f"num_rl_train={num_rl_train}; expected between 1 and num_train={num_train}")
     problems = make_problems(num_test + num_train, seed, **task)
-    test, train = problems[:num_test], problems[num_test:]
-    local_dir = os.path.expanduser(local_dir)
-    os.makedirs(local_dir, exist_ok=True)
-    frames = {
-        "sft_train": pd.DataFrame(sft_rows(train, skip_tool, miscopy, seed)),
-        "sft_test": pd.DataFrame(sft_rows(test, skip_tool, miscopy, seed)),
-        "train": pd.DataFrame(rl_rows(train[:num_rl_train], "train")),
-        "test": pd.DataFrame(rl_rows(test, "test")),
-    }
-    paths = {}
-    for name, frame in frames.items():
-        paths[name] = os.path.join(local_dir, f"{name}.parquet")
-        frame.to_parquet(paths[name], index=False)
-    return paths
+    return write_splits(
+        local_dir, problems, num_test, num_rl_train, lambda rows: sft_rows(rows, skip_tool, miscopy, seed), rl_rows
+    )
 
 
 def main(argv=None) -> None:

@@ -95,17 +95,28 @@ def write_dataset(
     ``num_rl_train`` of those (RL prompts the model has seen in SFT, as in a real pipeline; the test set is new
     to both). ``task`` goes to :func:`make_problems` (alphabet, min_len, max_len).
     """
-    if not 0 < num_rl_train <= num_train:
-        raise ValueError(f"num_rl_train={num_rl_train}; expected between 1 and num_train={num_train}")
     problems = make_problems(num_test + num_train, seed, **task)
+    return write_splits(
+        local_dir, problems, num_test, num_rl_train, lambda rows: sft_rows(rows, sft_noise, seed), rl_rows
+    )
+
+
+def write_splits(local_dir: str, problems: list, num_test: int, num_rl_train: int, sft_rows_fn, rl_rows_fn) -> dict:
+    """Split ``problems`` (test first, then train) and write ``sft_train/sft_test/train/test.parquet``.
+
+    ``sft_rows_fn(problems)`` and ``rl_rows_fn(problems, split)`` make the rows; RL trains on the first
+    ``num_rl_train`` SFT problems. Shared with the other recipes that do SFT then RL on generated data.
+    """
     test, train = problems[:num_test], problems[num_test:]
+    if not 0 < num_rl_train <= len(train):
+        raise ValueError(f"num_rl_train={num_rl_train}; expected between 1 and num_train={len(train)}")
     local_dir = os.path.expanduser(local_dir)
     os.makedirs(local_dir, exist_ok=True)
     frames = {
-        "sft_train": pd.DataFrame(sft_rows(train, sft_noise, seed)),
-        "sft_test": pd.DataFrame(sft_rows(test, sft_noise, seed)),
-        "train": pd.DataFrame(rl_rows(train[:num_rl_train], "train")),
-        "test": pd.DataFrame(rl_rows(test, "test")),
+        "sft_train": pd.DataFrame(sft_rows_fn(train)),
+        "sft_test": pd.DataFrame(sft_rows_fn(test)),
+        "train": pd.DataFrame(rl_rows_fn(train[:num_rl_train], "train")),
+        "test": pd.DataFrame(rl_rows_fn(test, "test")),
     }
     paths = {}
     for name, frame in frames.items():
