@@ -25,6 +25,7 @@ from tensordict import TensorDict
 
 from verl.protocol import DataProto
 from verl.tools.schemas import OpenAIFunctionCallSchema, OpenAIFunctionParsedSchema
+from verl.utils.model import compute_position_id_with_mask
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 from verl.workers.rollout.multi_turn.batcher import TurnBatcher
@@ -277,7 +278,7 @@ class MultiTurnRollout(BaseRollout):
             loss_mask[i, prompt_len : prompt_len + r] = torch.tensor(t.loss_mask, dtype=torch.long)
             log_probs[i, :r] = torch.tensor([-1.0 if lp is None else lp for lp in t.log_probs])
             drift += not self._matches_template(t)
-        position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+        position_ids = compute_position_id_with_mask(attention)
         batch = TensorDict(
             {
                 "prompts": input_ids[:, :prompt_len],

@@ -252,16 +252,15 @@ class vLLMRollout(BaseRollout):
             **{key: current[key] for key in ("temperature", "top_p", "top_k", "n") if key in current},
             response_length=current["max_tokens"],
         )
-        overrides = {
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "top_k": request.top_k,
-            "n": request.n,
-            "max_tokens": request.response_length,
-        }
+        return {**self._sampling_fields(request), "n": request.n, "max_tokens": request.response_length}
+
+    @staticmethod
+    def _sampling_fields(request: SamplingRequest) -> dict:
+        """The ``SamplingParams`` fields a request sets; greedy also switches min_p off."""
+        fields = {"temperature": request.temperature, "top_p": request.top_p, "top_k": request.top_k}
         if not request.do_sample:
-            overrides["min_p"] = 0.0
-        return overrides
+            fields["min_p"] = 0.0
+        return fields
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto, **kwargs) -> DataProto:
@@ -345,10 +344,7 @@ class vLLMRollout(BaseRollout):
         token or its own ``max_tokens``; with ``calculate_log_probs`` the sampled tokens' log-probs too."""
         from verl.workers.rollout.multi_turn.rollout import GeneratedTurn
 
-        params = dict(self.sampling_kwargs)
-        params.update(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k, n=1)
-        if not request.do_sample:
-            params["min_p"] = 0.0
+        params = {**self.sampling_kwargs, **self._sampling_fields(request), "n": 1}
         params.update(ignore_eos=True, stop_token_ids=[int(t) for t in stop_token_ids])
         sampling = [SamplingParams(**{**params, "max_tokens": max(1, int(m))}) for m in max_tokens]
         outputs = self.inference_engine.generate(
