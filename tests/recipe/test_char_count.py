@@ -3,7 +3,6 @@ short SFT with the project's SFT trainer, then 2 GRPO steps with the recipe's re
 
 import math
 import os
-import socket
 
 import pandas as pd
 import pytest
@@ -11,6 +10,7 @@ from omegaconf import OmegaConf
 
 from recipe.char_count.create_dataset import DATA_SOURCE, make_problems, make_prompt, write_dataset
 from recipe.char_count.reward_function import char_count_reward_function
+from tests.gloo_ranks import free_port
 from tests.recipe.script_overrides import script_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,12 +61,6 @@ def _script_overrides(script: str, variables: dict) -> list[str]:
     return script_overrides(os.path.join(RECIPE, script), variables)
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def test_scripts_run_sft_then_grpo_in_process(tmp_path, monkeypatch):
     import torch.distributed as dist
 
@@ -91,7 +85,7 @@ def test_scripts_run_sft_then_grpo_in_process(tmp_path, monkeypatch):
     assert sft.trainer.total_training_steps == 4
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("MASTER_PORT", _free_port())
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     run_sft(sft)
     sft_model = tmp_path / "sft" / "global_step_4"
     assert (sft_model / "model.safetensors").is_file() and not dist.is_initialized()

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,13 +15,8 @@ import time
 
 import pytest
 
+from tests.gloo_ranks import free_port
 from tests.trainer.ppo_e2e_utils import run_main_ppo
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ray_start(args: list[str], env: dict, log) -> subprocess.Popen:
@@ -68,7 +62,7 @@ def _actor_nodes(address: str, env: dict) -> dict[str, set[str]]:
 
 @pytest.mark.timeout(900)
 def test_main_ppo_runs_across_a_head_and_a_worker_node(tmp_path):
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     # the head records its address in <temp dir>/ray_current_cluster, and a later plain ray.init() on this machine
     # joins whatever that file names: keep it out of the default /tmp/ray (a short path: Ray's sockets live there)
