@@ -344,3 +344,21 @@ def test_a_slow_tool_holds_back_only_its_own_trajectory(tokenizer):
     # the interaction's row kept generating while the tool call was running
     assert any(start < t < end and size == 1 for t, size in engine.served), (engine.served, tool.window)
     assert engine.served[0][1] == 2  # the first turns of both rows went in one call
+
+
+@pytest.mark.parametrize("mode, matches", [("strict", False), ("ignore_strippable", True), ("off", True)])
+def test_tokenization_sanity_check_modes(tokenizer, mode, matches):
+    from verl.workers.rollout.multi_turn.trajectory import Trajectory
+
+    rollout, _ = _rollout(tokenizer, ["x"], tokenization_sanity_check_mode=mode)
+    messages = [{"role": "user", "content": "12*30?"}, {"role": "assistant", "content": "It is 360."}]
+    rendered = rollout.chat.render_ids(messages, [], add_generation_prompt=False)
+    cut = rendered.index(tokenizer.encode("I", add_special_tokens=False)[0])
+    ids = rendered[:cut] + tokenizer.encode(" ", add_special_tokens=False) + rendered[cut:-1]  # an extra space
+    t = Trajectory(0, messages, [], {}, {}, prompt_ids=ids[:cut], response_budget=100)
+    t.add_generated(ids[cut:], None)
+    t.finish("stop")
+    assert rollout._matches_template(t) is matches
+    # a non-whitespace difference counts in both checking modes
+    t.response_ids[-2] = tokenizer.encode("!", add_special_tokens=False)[0]
+    assert rollout._matches_template(t) is (mode == "off")
