@@ -41,6 +41,17 @@ def check_multi_turn(config, check_files: bool = True) -> None:
             f"{_KEY}.format={settings.format!r} is not a registered tool-call parser; "
             f"choose from {registered_tool_parsers()}"
         )
+    if settings.use_inference_chat_template:
+        raise ConfigError(
+            f"{_KEY}.use_inference_chat_template=True is not supported: the rollout keeps every turn's tokens as "
+            "generated (the training form of the template); set it False"
+        )
+    if settings.completion_callback:
+        raise ConfigError(
+            f"{_KEY}.completion_callback={settings.completion_callback!r} belongs to rollout.mode=async, which is "
+            "not available yet; leave it null (tools and interactions run through tool_config_path and "
+            "interaction_config_path)"
+        )
     side = settings.tool_response_truncate_side
     if side not in ("left", "right", "middle"):
         raise ConfigError(f"{_KEY}.tool_response_truncate_side={side!r}; expected left, right or middle")

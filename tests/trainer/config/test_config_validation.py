@@ -325,6 +325,8 @@ def test_multi_turn_tool_config_is_read_before_ray(base_cfg, tmp_path):
         ({"actor_rollout_ref__rollout__multi_turn__max_parallel_calls": -1}, "max_parallel_calls=-1 must be >= 0"),
         ({"actor_rollout_ref__rollout__multi_turn__tool_call_timeout": 0}, "tool_call_timeout=0.0 must be > 0"),
         ({"algorithm__adv_estimator": "rloo"}, "adv_estimator='grpo' only"),
+        ({"actor_rollout_ref__rollout__multi_turn__use_inference_chat_template": True}, "use_inference_chat_template"),
+        ({"actor_rollout_ref__rollout__multi_turn__completion_callback": "pkg.Cb"}, "belongs to rollout.mode=async"),
     ],
 )
 def test_multi_turn_settings_the_rollout_cannot_honour(base_cfg, tmp_path, updates, expected):
