@@ -29,7 +29,7 @@ class RaySPPOTrainer(RayPPOTrainer):
         batch = self._apply_kl_in_reward(batch, metrics)
         rewards = seq_level_rewards(batch.batch["token_level_rewards"], float(self.ppo_config.algorithm.sppo_eta))
         mask = batch.batch["response_mask"]
-        if self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable:
+        if self.ppo_config.actor_rollout_ref.rollout.uses_agent_loops:
             mask = batch.batch["loss_mask"][:, -mask.shape[-1] :]  # tool output earns no reward
         batch.batch["seq_level_rewards"] = rewards
         batch.batch["advantages"] = sppo_advantages(rewards, mask)

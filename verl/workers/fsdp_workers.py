@@ -273,10 +273,10 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 self.flops_counter = FlopsCounter(self.hf_config)
         if self._is_rollout:
             self.rollout, self.rollout_sharding_manager = self._build_rollout()
-            if self.config.rollout.multi_turn.enable:
-                from verl.workers.rollout.multi_turn import MultiTurnRollout
+            if self.config.rollout.uses_agent_loops:
+                from verl.workers.rollout.multi_turn import AgentLoopRollout
 
-                self.rollout = MultiTurnRollout(self.rollout, self.config.rollout, self.tokenizer)
+                self.rollout = AgentLoopRollout(self.rollout, self.config.rollout, self.tokenizer)
         if self._is_ref:
             ref_module, _, _ = self._build_policy(trainable=False)
             self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module)

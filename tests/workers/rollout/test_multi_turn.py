@@ -19,7 +19,7 @@ from verl.utils.tiny_model import make_tiny_model_dir
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.multi_turn import GeneratedTurn, MultiTurnRollout, get_tool_parser
 from verl.workers.rollout.multi_turn.chat import ChatTemplate
-from verl.workers.rollout.multi_turn.rollout import truncate_text
+from verl.experimental.agent_loop.tool_agent_loop import truncate_text
 
 TOKENIZER = "verl/assets/tokenizer"
 P, T = 1024, 1024  # byte-level tokenizer: the tool schema alone is ~600 tokens
@@ -211,7 +211,7 @@ def test_timeout_parallel_limit_truncation_and_turn_budget(tokenizer):
     slow = '<tool_call>{"name": "mul", "arguments": {"a": "slow", "b": 1}}</tool_call>'
     two = CALL + CALL
     rollout, _ = _rollout(tokenizer, [slow, two, CALL, CALL], tool_call_timeout=0.2, max_assistant_turns=3)
-    rollout.settings.max_tool_response_length = 5
+    rollout.config.multi_turn.max_tool_response_length = 5
     out = rollout.generate_sequences(_prompts(tokenizer))
     messages = out.non_tensor_batch["messages"][0]
     tools = [m["content"] for m in messages if m["role"] == "tool"]
@@ -260,7 +260,7 @@ def test_interaction_answers_until_it_ends_the_conversation(tokenizer):
     generated = out.batch["responses"][0][out.batch["loss_mask"][0, P:].bool()].tolist()
     assert tokenizer.decode(generated).count("It is") == 3
     # max_user_turns=1: the second wrong answer is not answered any more
-    rollout.settings.max_user_turns = 1
+    rollout.config.multi_turn.max_user_turns = 1
     out = rollout.generate_sequences(data)
     assert [m["role"] for m in out.non_tensor_batch["messages"][0]] == ["user", "assistant", "user", "assistant"]
 
@@ -348,9 +348,12 @@ def test_a_slow_tool_holds_back_only_its_own_trajectory(tokenizer):
 
 @pytest.mark.parametrize("mode, matches", [("strict", False), ("ignore_strippable", True), ("off", True)])
 def test_tokenization_sanity_check_modes(tokenizer, mode, matches):
+    from verl.experimental.agent_loop import AgentLoopContext, ToolAgentLoop
     from verl.workers.rollout.multi_turn.trajectory import Trajectory
 
     rollout, _ = _rollout(tokenizer, ["x"], tokenization_sanity_check_mode=mode)
+    context = AgentLoopContext(None, rollout.chat, rollout.config, None, [], rollout.tools)
+    agent_loop = ToolAgentLoop(context)
     messages = [{"role": "user", "content": "12*30?"}, {"role": "assistant", "content": "It is 360."}]
     rendered = rollout.chat.render_ids(messages, [], add_generation_prompt=False)
     cut = rendered.index(tokenizer.encode("I", add_special_tokens=False)[0])
@@ -358,7 +361,7 @@ def test_tokenization_sanity_check_modes(tokenizer, mode, matches):
     t = Trajectory(0, messages, [], {}, {}, prompt_ids=ids[:cut], response_budget=100)
     t.add_generated(ids[cut:], None)
     t.finish("stop")
-    assert rollout._matches_template(t) is matches
+    assert agent_loop.matches_template(t) is matches
     # a non-whitespace difference counts in both checking modes
     t.response_ids[-2] = tokenizer.encode("!", add_special_tokens=False)[0]
-    assert rollout._matches_template(t) is (mode == "off")
+    assert agent_loop.matches_template(t) is (mode == "off")

@@ -347,7 +347,7 @@ class RayPPOTrainer:
             lam=algorithm.lam,
             num_repeat=self.ppo_config.actor_rollout_ref.rollout.n,
             norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
-            multi_turn=self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable,
+            multi_turn=self.ppo_config.actor_rollout_ref.rollout.uses_agent_loops,
             config=algorithm,
         )
 
@@ -355,7 +355,7 @@ class RayPPOTrainer:
         """``token_level_rewards``: the scores, less the in-reward KL penalty when ``algorithm.use_kl_in_reward``."""
         algorithm = self.ppo_config.algorithm
         if algorithm.use_kl_in_reward:
-            multi_turn = self.ppo_config.actor_rollout_ref.rollout.multi_turn.enable
+            multi_turn = self.ppo_config.actor_rollout_ref.rollout.uses_agent_loops
             batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, algorithm.kl_penalty, multi_turn)
             metrics.update(kl_metrics)
         else:
@@ -368,7 +368,7 @@ class RayPPOTrainer:
 
     def _update_actor(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         rollout = self.ppo_config.actor_rollout_ref.rollout
-        batch.meta_info["multi_turn"] = rollout.multi_turn.enable
+        batch.meta_info["multi_turn"] = rollout.uses_agent_loops
         # the temperature the responses were sampled at (the log-prob pass, when there is one, reports the same)
         batch.meta_info["temperature"] = rollout.temperature
         output = pop_worker_timing(self.actor_rollout_wg.update_actor(batch), timing_raw)

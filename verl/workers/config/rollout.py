@@ -8,7 +8,7 @@ from typing import ClassVar
 from verl.base_config import BaseConfig
 from verl.utils.debug import ProfilerConfig
 
-__all__ = ["EngineKwargsConfig", "MultiTurnConfig", "RolloutConfig", "SamplingConfig"]
+__all__ = ["AgentLoopConfig", "EngineKwargsConfig", "MultiTurnConfig", "RolloutConfig", "SamplingConfig"]
 
 
 @dataclass
@@ -47,6 +47,14 @@ class MultiTurnConfig(BaseConfig):
     max_tool_response_length: int = 256
     tool_response_truncate_side: str = "middle"
     tool_call_timeout: float | None = 30
+
+
+@dataclass
+class AgentLoopConfig(BaseConfig):
+    """`rollout.agent`: the agent loops of multi-turn and async rollouts."""
+
+    agent_loop_config_path: str | None = None
+    default_agent_loop: str | None = None
 
 
 @dataclass
@@ -93,6 +101,7 @@ class RolloutConfig(BaseConfig):
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     calculate_log_probs: bool = False
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     # hidden: base seed of sampling (the engine seed; per-step, per-rank seeds derive from it)
@@ -108,6 +117,11 @@ class RolloutConfig(BaseConfig):
     # hidden (ours): sequences a CPU engine's KV cache holds at once (null: max_num_seqs); the trainer sets it to
     # one training generate call on a rank, prompts * n / workers, so the cache is sized by the batch
     kv_cache_sequences: int | None = None
+
+    @property
+    def uses_agent_loops(self) -> bool:
+        """Whether the agent-loop rollout runs (its output carries ``loss_mask``, which the update then uses)."""
+        return self.multi_turn.enable or self.mode == "async"
 
     @property
     def effective_max_model_len(self) -> int:

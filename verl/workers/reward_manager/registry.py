@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
+from verl.utils.registry import NamedRegistry
+
 __all__ = ["REWARD_MANAGER_REGISTRY", "register", "get_reward_manager_cls"]
 
-REWARD_MANAGER_REGISTRY: dict[str, type] = {}
+REWARD_MANAGER_REGISTRY = NamedRegistry("reward manager")
 
 
 def register(name: str):
     """Class decorator registering a reward manager under ``name`` (re-registering the same class is allowed)."""
-
-    def decorator(cls: type) -> type:
-        existing = REWARD_MANAGER_REGISTRY.get(name)
-        if existing is not None and existing is not cls:
-            raise ValueError(f"Reward manager {name!r} is already registered as {existing!r}; cannot register {cls!r}")
-        REWARD_MANAGER_REGISTRY[name] = cls
-        return cls
-
-    return decorator
+    return REWARD_MANAGER_REGISTRY.decorator(name)
 
 
 def get_reward_manager_cls(name: str) -> type:

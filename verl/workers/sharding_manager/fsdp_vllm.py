@@ -1,9 +1,10 @@
 """Hybrid engine: hand the FSDP actor's current weights to the colocated vLLM engine around each generation.
 
-On entry the FSDP2 (or FSDP1, or plain) module's parameters are gathered one tensor at a time and streamed into
-the engine's worker with ``reload_weights(weights_iterator=..., is_checkpoint_format=True)``: vLLM restores its
-kernel layout, loads each decoder layer as soon as all its tensors arrived and repacks it, so peak extra memory is
-about one layer of full weights. On a GPU the engine sleeps between generations (weights and KV cache released)
+On entry the module's parameters are gathered piecewise (FSDP2: one DTensor at a time; FSDP1: one FSDP unit, usually
+a decoder layer, at a time) and streamed into the engine's worker with
+``reload_weights(weights_iterator=..., is_checkpoint_format=True)``: vLLM restores its kernel layout, loads each
+decoder layer as soon as all its tensors arrived and repacks it, so peak extra memory is about one layer of full
+weights. On a GPU the engine sleeps between generations (weights and KV cache released)
 and the actor's parameters may be offloaded; on CPU both are no-ops. Import this module only where vLLM exists.
 """
 
@@ -66,13 +67,49 @@ def _reload_on_worker(worker, weights: Iterable[tuple[str, torch.Tensor]], tied:
         _retie_lm_head(worker.model_runner.get_model())
 
 
+def _unit_tensors(module: nn.Module, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """``module``'s parameters and persistent buffers in state-dict order, not descending into nested FSDP1 units."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    for name, param in module.named_parameters(recurse=False):
+        yield prefix + name, param
+    for name, buffer in module.named_buffers(recurse=False):
+        if name not in module._non_persistent_buffers_set:
+            yield prefix + name, buffer
+    for name, child in module.named_children():
+        if not isinstance(child, FSDP):
+            yield from _unit_tensors(child, f"{prefix}{name}.")
+
+
+def _fsdp1_unit_tensors(root: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(wrapped_name, full_tensor)`` of an FSDP1 module, gathering one FSDP unit at a time (a collective).
+
+    Each unit's flat parameter is all-gathered alone (``summon_full_params(recurse=False)``, full precision, as the
+    full state dict does) and resharded before the next unit, so beyond the shards only one unit's full parameters
+    exist at once. Units come in module pre-order (the root's own tensors first: embedding, final norm, LM head),
+    state-dict order inside a unit. A yielded tensor is a view valid until the next one is requested: copy it to
+    keep it. Buffers come back in their original dtype, as in the full state dict.
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    # FSDP1 casts buffers to the mixed-precision buffer dtype in place; its state dict casts them back.
+    buffer_dtypes = getattr(root, "_buffer_name_to_orig_dtype", {})
+    for prefix, unit in root.named_modules():  # pre-order: the root comes first and is lazily initialised as root
+        if not isinstance(unit, FSDP):
+            continue
+        with FSDP.summon_full_params(unit, recurse=False, writeback=False):
+            for name, tensor in _unit_tensors(unit, f"{prefix}." if prefix else ""):
+                dtype = buffer_dtypes.get(normalize_weight_name(name), tensor.dtype)
+                yield name, tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
 class FSDPVLLMShardingManager(BaseShardingManager):
     """Context manager: inside, ``inference_engine`` (a ``vllm.LLM`` or a vLLMRollout) holds ``module``'s weights.
 
     ``timing["reshard"]`` is the seconds the last entry took. ``preprocess_data``/``postprocess_data`` gather and
     split the batch across the inference TP group (``device_mesh["infer_tp"]``) when TP > 1.
     ``full_params`` (FSDP1, world size 1) and ``layered_summon`` (LoRA) are accepted for interface compatibility:
-    weights are always streamed one tensor at a time.
+    weights are always streamed (see :meth:`_full_weights`).
     """
 
     def __init__(
@@ -119,19 +156,19 @@ class FSDPVLLMShardingManager(BaseShardingManager):
 
     # ------------------------------------------------------------------ weights
     def _full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield ``(hf_name, full_tensor)`` in state-dict order (a collective for sharded modules: every rank
-        of the FSDP group must consume the whole iterator in the same order)."""
-        if fsdp_version(self.module) == 1:
-            from torch.distributed.fsdp import FullStateDictConfig, StateDictType
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        """Yield ``(hf_name, full_tensor)``, each tensor the caller's to keep (a collective for sharded modules: every
+        rank of the FSDP group must consume the whole iterator in the same order).
 
-            cfg = FullStateDictConfig(offload_to_cpu=False, rank0_only=False)
-            with FSDP.state_dict_type(self.module, StateDictType.FULL_STATE_DICT, cfg):
-                state = self.module.state_dict()
+        FSDP2 and plain modules: state-dict order, one DTensor gathered at a time. FSDP1: unit by unit (see
+        :func:`_fsdp1_unit_tensors`), the same names and values as its full state dict.
+        """
+        fsdp1 = fsdp_version(self.module) == 1
+        if fsdp1:
+            tensors = _fsdp1_unit_tensors(self.module)
         else:
-            state = self.module.state_dict()  # FSDP2: DTensor shards, nothing gathered yet
+            tensors = self.module.state_dict().items()  # FSDP2: DTensor shards, nothing gathered yet
         device = get_device_name() if self.on_accelerator else None
-        for name, tensor in state.items():
+        for name, tensor in tensors:
             name = normalize_weight_name(name)
             if self.tied and name == "lm_head.weight":
                 continue  # the engine ties it to the embedding; gathering it would be wasted traffic
@@ -139,8 +176,9 @@ class FSDPVLLMShardingManager(BaseShardingManager):
                 tensor = tensor.to(device, non_blocking=True)  # CPU-offloaded shards gather over the device
             if isinstance(tensor, DTensor):
                 tensor = tensor.full_tensor()
+            elif fsdp1:
+                pass  # tensor = tensor.clone()  # a view into the unit's gathered storage, which is freed when it reshards
             yield name, tensor.detach()
-        del state
 
     def update_params(self, weights: Iterable[tuple[str, torch.Tensor]] | dict) -> None:
         """Load a full set of HF-named weights into the engine and drop its now stale prefix cache."""

@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass, field
 
 from verl.tools.schemas import OpenAIFunctionParsedSchema
+from verl.utils.registry import NamedRegistry
 
 __all__ = ["ParsedTurn", "ToolParser", "HermesToolParser", "register_tool_parser", "get_tool_parser"]
 
-_PARSERS: dict[str, type[ToolParser]] = {}
+_PARSERS = NamedRegistry("tool-call parser")
 
 
 @dataclass
@@ -40,11 +41,7 @@ class ToolParser:
 def register_tool_parser(name: str):
     """Class decorator: make a parser selectable as ``multi_turn.format=<name>``."""
 
-    def wrap(cls: type[ToolParser]) -> type[ToolParser]:
-        _PARSERS[name] = cls
-        return cls
-
-    return wrap
+    return _PARSERS.decorator(name)
 
 
 def get_tool_parser(name: str) -> ToolParser:

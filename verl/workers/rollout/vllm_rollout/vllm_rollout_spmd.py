@@ -336,26 +336,37 @@ class vLLMRollout(BaseRollout):
             batch["rollout_log_probs"] = torch.tensor(padded, dtype=torch.float32, device=idx.device)
         return DataProto(batch=batch, non_tensor_batch=non_tensor)
 
+    def turn_params(self, request: SamplingRequest, stop_token_ids: list[int], max_tokens: int) -> SamplingParams:
+        """Sampling of one assistant turn: the batch's request, one sample, stopping at ``stop_token_ids``."""
+        params = {**self.sampling_kwargs, **self._sampling_fields(request), "n": 1}
+        stops = [int(t) for t in stop_token_ids]
+        params.update(ignore_eos=True, stop_token_ids=stops, max_tokens=max(1, int(max_tokens)))
+        return SamplingParams(**params)
+
+    def turn_from_sample(self, sample):
+        """A ``GeneratedTurn`` from one vLLM completion (with its log-probs when ``calculate_log_probs``)."""
+        from verl.workers.rollout.multi_turn.engine import GeneratedTurn
+
+        tokens = list(sample.token_ids)
+        log_probs = None
+        if self.calculate_log_probs:
+            log_probs = [step[tok].logprob for tok, step in zip(tokens, sample.logprobs)]
+        return GeneratedTurn(tokens, log_probs)
+
     @torch.no_grad()
     def generate_turns(
         self, prompts: list[list[int]], max_tokens: list[int], request: SamplingRequest, stop_token_ids: list[int]
     ) -> list:
-        """One assistant turn per token-id prompt (the multi-turn loop's engine call), each stopping at a stop
-        token or its own ``max_tokens``; with ``calculate_log_probs`` the sampled tokens' log-probs too."""
-        from verl.workers.rollout.multi_turn.rollout import GeneratedTurn
-
-        params = {**self.sampling_kwargs, **self._sampling_fields(request), "n": 1}
-        params.update(ignore_eos=True, stop_token_ids=[int(t) for t in stop_token_ids])
-        sampling = [SamplingParams(**{**params, "max_tokens": max(1, int(m))}) for m in max_tokens]
+        """One assistant turn per token-id prompt (a batched engine call of the agent loops), each stopping at a
+        stop token or its own ``max_tokens``; with ``calculate_log_probs`` the sampled tokens' log-probs too."""
+        sampling = [self.turn_params(request, stop_token_ids, m) for m in max_tokens]
         outputs = self.inference_engine.generate(
             prompts=[{"prompt_token_ids": list(p)} for p in prompts], sampling_params=sampling, use_tqdm=False
         )
-        turns = []
-        for output in outputs:
-            sample = output.outputs[0]
-            tokens = list(sample.token_ids)
-            log_probs = None
-            if self.calculate_log_probs:
-                log_probs = [step[tok].logprob for tok, step in zip(tokens, sample.logprobs)]
-            turns.append(GeneratedTurn(tokens, log_probs))
-        return turns
+        return [self.turn_from_sample(output.outputs[0]) for output in outputs]
+
+    def turn_server(self, request: SamplingRequest, stop_token_ids: list[int]):
+        """The async mode's server: each turn is its own engine request, continuously batched."""
+        from verl.workers.rollout.vllm_rollout.continuous_batcher import ContinuousBatcher
+
+        return ContinuousBatcher(self, request, stop_token_ids)
