@@ -158,3 +158,61 @@ def _worker(rank: int):
 
 def test_fsdp2_shards_are_gathered_and_tp_data_round_trips():
     spawn_gloo_ranks(_worker, WORLD)
+
+
+# ------------------------------------------------------------------ 2 ranks: FSDP1 streams one unit at a time
+def _gathered_units(root: nn.Module) -> list[str]:
+    """Names of the FSDP1 units whose full (unsharded) flat parameter is allocated right now."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    return [
+        name
+        for name, unit in root.named_modules()
+        if isinstance(unit, FSDP)
+        and unit._handle is not None
+        and unit._handle.flat_param._full_param_padded.untyped_storage().size() > 0
+    ]
+
+
+def _fsdp1_worker(rank: int, paths: list[str]):
+    torch.set_num_threads(1)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from transformers import AutoModelForCausalLM
+
+    from verl.utils.fsdp_utils import get_fsdp_full_state_dict, get_fsdp_wrap_policy
+
+    for path in paths:
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        # FSDP1 on CPU works without sync_module_states (that one needs an accelerator): every rank loads the same
+        # checkpoint. One unit per decoder layer plus the root (embedding, final norm, LM head).
+        policy = get_fsdp_wrap_policy(hf)
+        model = FSDP(hf, device_id=torch.device("cpu"), auto_wrap_policy=policy, use_orig_params=False)
+        units = [name for name, m in model.named_modules() if isinstance(m, FSDP) and m._handle is not None]
+        assert len(units) == hf.config.num_hidden_layers + 1, units
+        manager = FSDPVLLMShardingManager(model, FakeLLM(), hf.config)
+        streamed, gathered = [], []
+        for name, tensor in manager._full_weights():
+            streamed.append((name, tensor))  # kept past the unit's reshard: must be a copy, not a view
+            gathered.append(_gathered_units(model))
+        full = get_fsdp_full_state_dict(model, offload_to_cpu=False, rank0_only=False)
+        full = {normalize_weight_name(name): tensor for name, tensor in full.items()}
+        if hf.config.tie_word_embeddings:
+            del full["lm_head.weight"]
+        assert len(streamed) == len(full) and sorted(dict(streamed)) == sorted(full)
+        for name, tensor in streamed:
+            assert tensor.dtype == full[name].dtype and torch.equal(tensor, full[name]), name
+        # exactly one unit gathered at every yield, the one the tensor belongs to; units one after another, each once
+        for (name, _), live in zip(streamed, gathered):
+            assert len(live) == 1 and name.startswith(normalize_weight_name(live[0])), (name, live)
+        runs = [live[0] for i, live in enumerate(gathered) if i == 0 or live != gathered[i - 1]]
+        assert runs == units, runs
+
+
+def test_fsdp1_streams_one_unit_at_a_time_with_the_full_state_dicts_tensors(tmp_path):
+    from verl.utils.tiny_model import make_tiny_model_dir
+
+    paths = [
+        make_tiny_model_dir(str(tmp_path / "untied")),
+        make_tiny_model_dir(str(tmp_path / "tied"), tie_word_embeddings=True),
+    ]
+    spawn_gloo_ranks(_fsdp1_worker, WORLD, paths)

@@ -177,7 +177,7 @@ class FSDPVLLMShardingManager(BaseShardingManager):
             if isinstance(tensor, DTensor):
                 tensor = tensor.full_tensor()
             elif fsdp1:
-                pass  # tensor = tensor.clone()  # a view into the unit's gathered storage, which is freed when it reshards
+                tensor = tensor.clone()  # a view into the unit's gathered storage, which is freed when it reshards
             yield name, tensor.detach()
 
     def update_params(self, weights: Iterable[tuple[str, torch.Tensor]] | dict) -> None:
