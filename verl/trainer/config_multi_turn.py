@@ -1,10 +1,13 @@
-"""Config checks of ``actor_rollout_ref.rollout.multi_turn``: everything a multi-turn run needs, before Ray starts.
+"""Config checks of ``actor_rollout_ref.rollout.multi_turn`` / ``agent`` / ``mode=async``: everything an agent-loop
+run needs, before Ray starts.
 
-The tool and interaction files are read and their classes imported here, so a wrong class name or a missing file
-fails in seconds in the driver instead of inside every worker after the models are built.
+The tool, interaction and agent-loop files are read and their classes imported here, so a wrong class name or a
+missing file fails in seconds in the driver instead of inside every worker after the models are built.
 """
 
 from __future__ import annotations
+
+import os
 
 from verl.utils.batch_sizes import ConfigError
 
@@ -18,6 +21,11 @@ def check_multi_turn(config, check_files: bool = True) -> None:
 
     ``check_files=False`` (remote paths, unit tests) skips reading the tool and interaction files.
     """
+    _check_tool_settings(config, check_files)
+    _check_agent_loops(config, check_files)
+
+
+def _check_tool_settings(config, check_files: bool) -> None:
     rollout = config.actor_rollout_ref.rollout
     settings = rollout.multi_turn
     if not settings.enable:
@@ -48,9 +56,9 @@ def check_multi_turn(config, check_files: bool = True) -> None:
         )
     if settings.completion_callback:
         raise ConfigError(
-            f"{_KEY}.completion_callback={settings.completion_callback!r} belongs to rollout.mode=async, which is "
-            "not available yet; leave it null (tools and interactions run through tool_config_path and "
-            "interaction_config_path)"
+            f"{_KEY}.completion_callback={settings.completion_callback!r} configures verl 0.4's async chat "
+            "scheduler, which agent loops replace here; leave it null and register your loop with "
+            "actor_rollout_ref.rollout.agent.agent_loop_config_path (rows pick it by agent_name)"
         )
     side = settings.tool_response_truncate_side
     if side not in ("left", "right", "middle"):
@@ -69,6 +77,68 @@ def check_multi_turn(config, check_files: bool = True) -> None:
                 _check_tools_kwargs(key, str(path), required)
     if check_files and settings.interaction_config_path:
         _check_classes(settings.interaction_config_path, "interaction_config_path", "interaction")
+
+
+def _check_agent_loops(config, check_files: bool) -> None:
+    """``rollout.mode=async`` runs where it can, and every agent loop the run may pick is registered."""
+    rollout = config.actor_rollout_ref.rollout
+    agent = rollout.agent
+    key = "actor_rollout_ref.rollout.agent"
+    if not rollout.uses_agent_loops:
+        for name in ("agent_loop_config_path", "default_agent_loop"):
+            if getattr(agent, name) is not None:
+                raise ConfigError(
+                    f"{key}.{name}={getattr(agent, name)!r} is used only by agent-loop rollouts; set "
+                    "actor_rollout_ref.rollout.mode=async (or multi_turn.enable=True), or leave it null"
+                )
+        return
+    if rollout.mode == "async" and rollout.name not in ("hf", "vllm"):
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.mode='async' runs with rollout.name=vllm (each turn a request of its own, "
+            f"continuously batched) or hf (turns batched); got name={rollout.name!r}"
+        )
+    if not config.data.return_raw_chat:
+        raise ConfigError(
+            "data.return_raw_chat=False: agent loops (rollout.mode=async or multi_turn.enable=True) need "
+            "data.return_raw_chat=True, since each loop templates its row's chat messages itself"
+        )
+    from verl.experimental.agent_loop import read_agent_loop_config, registered_agent_loops
+
+    names = set(registered_agent_loops())
+    if agent.agent_loop_config_path and check_files:
+        try:
+            names |= {name for name, _ in read_agent_loop_config(agent.agent_loop_config_path)}
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    elif agent.agent_loop_config_path:
+        return  # a remote file: its names are known only in the workers
+    default = agent.default_agent_loop or ("tool_agent" if rollout.multi_turn.enable else "single_turn_agent")
+    if default not in names:
+        raise ConfigError(
+            f"{key}.default_agent_loop={default!r} is not a registered agent loop; registered: {sorted(names)}"
+        )
+    if check_files:
+        for data_key in ("data.train_files", "data.val_files"):
+            files = config.data.train_files if data_key == "data.train_files" else config.data.val_files
+            for path in [files] if isinstance(files, str) else list(files or []):
+                _check_agent_names(data_key, str(path), names)
+
+
+def _check_agent_names(key: str, path: str, names: set[str]) -> None:
+    """Every ``agent_name`` of a local parquet file names a registered loop."""
+    local = os.path.expanduser(path)
+    if not path.endswith(".parquet") or not os.path.isfile(local):
+        return
+    import pyarrow.parquet as pq
+
+    if "agent_name" not in pq.read_schema(local).names:
+        return
+    for index, name in enumerate(pq.read_table(local, columns=["agent_name"]).column("agent_name").to_pylist()):
+        if name and name not in names:
+            raise ConfigError(
+                f"{key}: row {index} of {path} has agent_name={name!r}, which is not a registered agent loop; "
+                f"registered: {sorted(names)} (add yours with actor_rollout_ref.rollout.agent.agent_loop_config_path)"
+            )
 
 
 def _check_classes(path: str, key: str, section: str) -> dict[str, tuple[str, ...]]:
@@ -96,8 +166,6 @@ def _check_classes(path: str, key: str, section: str) -> dict[str, tuple[str, ..
 
 def _check_tools_kwargs(key: str, path: str, required: dict[str, tuple[str, ...]]) -> None:
     """Every row of a local parquet file carries the ``create_kwargs`` its offered tools need."""
-    import os
-
     if not required or not path.endswith(".parquet") or not os.path.isfile(os.path.expanduser(path)):
         return
     import pyarrow.parquet as pq

@@ -206,11 +206,6 @@ def _check_rollout(config, ctx: _Context) -> None:
         from verl.utils.vllm_cpu import VLLM_CPU_DTYPES
 
         _choice(config, "actor_rollout_ref.rollout.dtype", VLLM_CPU_DTYPES)
-    if _get(config, "actor_rollout_ref.rollout.mode") == "async":
-        raise ConfigError(
-            "actor_rollout_ref.rollout.mode='async' (the agent-loop server mode) is not available yet; use "
-            "mode=sync: multi_turn.enable=True runs tools and interactions in the sync hf and vllm rollouts"
-        )
     tp = _positive_int(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
     if ctx.n_gpus % tp != 0:
         raise ConfigError(

@@ -404,11 +404,12 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
 
 
 class AsyncActorRolloutRefWorker(ActorRolloutRefWorker):
-    """The actor-rollout worker for ``rollout.mode=async`` (server-based generation)."""
+    """The actor-rollout worker for ``rollout.mode=async``.
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        raise NotImplementedError("in async mode, generation goes through AsyncLLMServerManager, not the worker")
+    Its rollout runs agent loops (``init_model`` builds it, as for ``multi_turn.enable``); with vLLM each turn is a
+    request of its own on the worker's engine, continuously batched. The trainer calls ``generate_sequences`` as in
+    sync mode, and the weight hand-off around it is the same, so no separate server process is needed.
+    """
 
 
 class CriticWorker(Worker, DistProfilerExtension):

@@ -326,7 +326,7 @@ def test_multi_turn_tool_config_is_read_before_ray(base_cfg, tmp_path):
         ({"actor_rollout_ref__rollout__multi_turn__tool_call_timeout": 0}, "tool_call_timeout=0.0 must be > 0"),
         ({"algorithm__adv_estimator": "rloo"}, "adv_estimator='grpo' only"),
         ({"actor_rollout_ref__rollout__multi_turn__use_inference_chat_template": True}, "use_inference_chat_template"),
-        ({"actor_rollout_ref__rollout__multi_turn__completion_callback": "pkg.Cb"}, "belongs to rollout.mode=async"),
+        ({"actor_rollout_ref__rollout__multi_turn__completion_callback": "pkg.Cb"}, "verl 0.4's async chat scheduler"),
     ],
 )
 def test_multi_turn_settings_the_rollout_cannot_honour(base_cfg, tmp_path, updates, expected):
@@ -337,9 +337,63 @@ def test_multi_turn_settings_the_rollout_cannot_honour(base_cfg, tmp_path, updat
         check_ppo_config(_with(cfg, **updates))
 
 
-def test_async_mode_is_refused_before_ray(base_cfg):
-    with pytest.raises(ConfigError, match="mode='async'.*not available yet.*mode=sync"):
-        check_ppo_config(_with(base_cfg, actor_rollout_ref__rollout__mode="async"))
+def _async(base_cfg, **updates):
+    return _with(base_cfg, **{"actor_rollout_ref__rollout__mode": "async", "data__return_raw_chat": True, **updates})
+
+
+AGENT_LOOPS_FILE = """
+- name: echo_agent
+  _target_: verl.experimental.agent_loop.SingleTurnAgentLoop
+"""
+
+
+def test_async_mode_runs_agent_loops_and_checks_them_before_ray(base_cfg, tmp_path):
+    check_ppo_config(_async(base_cfg))  # hf rollout, single_turn_agent for every row
+    with pytest.raises(ConfigError, match="need data.return_raw_chat=True, since"):
+        check_ppo_config(_async(base_cfg, data__return_raw_chat=False))
+    with pytest.raises(ConfigError, match="default_agent_loop='react'.*registered: .*single_turn_agent"):
+        check_ppo_config(_async(base_cfg, actor_rollout_ref__rollout__agent__default_agent_loop="react"))
+    loops = tmp_path / "loops.yaml"
+    loops.write_text(AGENT_LOOPS_FILE)
+    # a loop the file registers can be the default
+    check_ppo_config(
+        _async(
+            base_cfg,
+            actor_rollout_ref__rollout__agent__agent_loop_config_path=str(loops),
+            actor_rollout_ref__rollout__agent__default_agent_loop="echo_agent",
+        )
+    )
+    for text, expected in [
+        ("- name: a\n  _target_: no_such_pkg.Loop\n", "entry 'a': _target_ 'no_such_pkg.Loop' does not import"),
+        ("- name: a\n  _target_: verl.tools.base_tool.BaseTool\n", "BaseTool is not a subclass of AgentLoopBase"),
+        ("- _target_: x.Y\n", "entry 0 must have a 'name' and a '_target_'"),
+        ("name: a\n", "expected a YAML list"),
+    ]:
+        loops.write_text(text)
+        with pytest.raises(ConfigError, match=expected):
+            check_ppo_config(_async(base_cfg, actor_rollout_ref__rollout__agent__agent_loop_config_path=str(loops)))
+    missing = str(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="agent_loop_config_path='.*nope.yaml': no such file"):
+        check_ppo_config(_async(base_cfg, actor_rollout_ref__rollout__agent__agent_loop_config_path=missing))
+
+
+def test_agent_settings_without_agent_loops_are_refused(base_cfg):
+    with pytest.raises(ConfigError, match="agent.default_agent_loop='tool_agent' is used only by agent-loop rollouts"):
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__rollout__agent__default_agent_loop="tool_agent"))
+
+
+def test_rows_naming_an_unknown_agent_loop_are_refused(base_cfg, tmp_path):
+    rows = pd.DataFrame(
+        {
+            "prompt": [[{"role": "user", "content": "1+1?"}]] * 2,
+            "data_source": ["toy"] * 2,
+            "agent_name": ["single_turn_agent", "web_agent"],
+        }
+    )
+    rows.to_parquet(tmp_path / "agents.parquet")
+    data = str(tmp_path / "agents.parquet")
+    with pytest.raises(ConfigError, match=r"data.train_files: row 1 of .*agents.parquet has agent_name='web_agent'"):
+        check_ppo_config(_async(base_cfg, data__train_files=data))
 
 
 def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, assets, tmp_path):

@@ -92,6 +92,8 @@ EXPECTED_PPO = {
                 # ours: a hung tool costs the model one timeout message, not the batch
                 "tool_call_timeout": 30,
             },
+            # verl >= 0.5's agent-loop file; ours: the loop of rows without agent_name
+            "agent": {"agent_loop_config_path": None, "default_agent_loop": None},
             "calculate_log_probs": False, "profiler": PROFILER,
         },
     },

@@ -11,6 +11,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
+from verl.experimental.agent_loop.tool_agent_loop import truncate_text
 from verl.interactions.base import BaseInteraction
 from verl.protocol import DataProto
 from verl.tools.base_tool import BaseTool
@@ -19,7 +20,7 @@ from verl.utils.tiny_model import make_tiny_model_dir
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.multi_turn import GeneratedTurn, MultiTurnRollout, get_tool_parser
 from verl.workers.rollout.multi_turn.chat import ChatTemplate
-from verl.experimental.agent_loop.tool_agent_loop import truncate_text
+from verl.workers.rollout.multi_turn.rollout import pop_agent_loop_metrics
 
 TOKENIZER = "verl/assets/tokenizer"
 P, T = 1024, 1024  # byte-level tokenizer: the tool schema alone is ~600 tokens
@@ -185,7 +186,7 @@ def test_tool_turn_then_answer_masks_and_token_ids(tokenizer):
         assert out.non_tensor_batch["reward_scores"][i] == {"mul": 1.0, "user_turn_rewards": []}
     assert list(out.non_tensor_batch["data_source"]) == ["calc"] * 4
     assert len(tool.released) == 4
-    assert out.meta_info["rollout_metrics"]["multi_turn/token_drift_trajectories"] == 0
+    assert pop_agent_loop_metrics(out)["multi_turn/token_drift_trajectories"] == 0
     positions = out.batch["position_ids"][0][out.batch["attention_mask"][0].bool()]
     assert torch.equal(positions, torch.arange(len(positions)))
 
@@ -365,3 +366,51 @@ def test_tokenization_sanity_check_modes(tokenizer, mode, matches):
     # a non-whitespace difference counts in both checking modes
     t.response_ids[-2] = tokenizer.encode("!", add_special_tokens=False)[0]
     assert agent_loop.matches_template(t) is (mode == "off")
+
+
+# ------------------------------------------------------------------------------------------------ agent loops
+def _agent_rows(tokenizer, names):
+    data = _prompts(tokenizer, rows=len(names))
+    column = np.empty(len(names), dtype=object)
+    column[:] = names
+    data.non_tensor_batch["agent_name"] = column
+    return data
+
+
+def test_rows_play_the_agent_loop_they_name_including_one_from_a_config_file(tokenizer, tmp_path):
+    loops = tmp_path / "loops.yaml"
+    loops.write_text("- name: echo_agent\n  _target_: tests.workers.rollout.agent_loops_for_tests.EchoAgentLoop\n")
+    end = ChatTemplate(tokenizer).end_of_turn_id
+    engine = ScriptedEngine(tokenizer, [CALL, "The answer is 360."], end)
+    config = _config()
+    config.agent.agent_loop_config_path = str(loops)
+    rollout = MultiTurnRollout(engine, config, tokenizer, tools=[MulTool()])
+    out = rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent", "single_turn_agent", "echo_agent"]))
+    roles = [[m["role"] for m in out.non_tensor_batch["messages"][i]] for i in range(6)]
+    assert roles[0] == roles[1] == ["user", "assistant", "tool", "assistant"]  # n=2 samples of the tool row
+    assert roles[2] == roles[3] == ["user", "assistant"]  # one turn, the tool call left as text
+    assert roles[4] == ["user", "assistant"] and out.non_tensor_batch["messages"][4][1]["content"] == "echo"
+    assert pop_agent_loop_metrics(out)["agent_loop/echo_rows"] == 1.0  # averaged over the rows that report it
+    # the single-turn row's prompt has no tool schemas: shorter than the tool row's
+    lengths = out.batch["attention_mask"][:, :P].sum(-1).tolist()
+    assert lengths[2] < lengths[0]
+    assert out.batch["loss_mask"][2, P:].sum() == out.batch["attention_mask"][2, P:].sum()  # every token generated
+    with pytest.raises(KeyError, match=r"row 1: agent_name='react' is not a registered agent loop"):
+        rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent", "react"]))
+
+
+def test_a_failing_agent_loop_fails_the_call_and_leaves_no_trajectory_running(tokenizer):
+    from verl.experimental.agent_loop import AgentLoopBase, register
+
+    @register("raising_agent")
+    class RaisingAgentLoop(AgentLoopBase):
+        async def run(self, **kwargs):
+            await asyncio.sleep(0.05)
+            raise RuntimeError("environment crashed")
+
+    rollout, engine = _rollout(tokenizer, [CALL, "The answer is 360."])
+    with pytest.raises(RuntimeError, match="environment crashed"):
+        rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent", "raising_agent"]))
+    assert not [task for task in asyncio.all_tasks(rollout._loop) if not task.done()]
+    out = rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent"]))  # the rollout still works
+    assert len(out) == 2

@@ -250,6 +250,47 @@ def test_generate_turns_matches_hf_greedy_with_per_prompt_budgets(engine, hf_mod
         assert len(turn.log_probs) == len(turn.token_ids) and all(lp <= 0 for lp in turn.log_probs)
 
 
+def test_continuous_batcher_serves_a_late_request_before_a_long_one_ends(engine, tokenizer):
+    """Async mode's server: a turn asked for while another runs joins the engine's batch at the next step and comes
+    back first; each turn equals what the batched engine call gives for it."""
+    import asyncio
+
+    from verl.workers.rollout.base import SamplingRequest
+
+    rollout, manager = engine
+    greedy = SamplingRequest(do_sample=False, temperature=0.0, top_p=1.0, top_k=-1, n=1, response_length=T)
+    long_prompt = tokenizer.encode("2+2?", add_special_tokens=False)
+    short_prompt = tokenizer.encode("Hi", add_special_tokens=False)
+
+    async def scenario():
+        server = rollout.turn_server(greedy, [])  # no stop ids: every turn takes its whole budget
+        serving = asyncio.ensure_future(server.serve())
+        order = []
+
+        async def ask(name, prompt, budget):
+            turn = await server.generate(prompt, budget)
+            order.append((name, server.engine_calls))
+            return turn
+
+        long = asyncio.ensure_future(ask("long", long_prompt, 7))
+        while server.engine_calls < 2:  # the long turn is running
+            await asyncio.sleep(0)
+        short = await ask("short", short_prompt, 2)
+        turns = {"long": await long, "short": short}
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        return order, turns, server.engine_calls
+
+    with manager:
+        order, turns, steps = asyncio.new_event_loop().run_until_complete(scenario())
+        batched = rollout.generate_turns([long_prompt, short_prompt], [7, 2], greedy, [])
+    assert [name for name, _ in order] == ["short", "long"], order
+    assert steps == 7  # the short turn's two steps were shared with the long one
+    assert turns["long"].token_ids == batched[0].token_ids and len(batched[0].token_ids) == 7
+    assert turns["short"].token_ids == batched[1].token_ids and len(batched[1].token_ids) == 2
+    assert turns["long"].log_probs == pytest.approx(batched[0].log_probs, abs=1e-5)
+
+
 def test_tied_embeddings_hand_off(tmp_path, tokenizer):
     path = make_tiny_model_dir(str(tmp_path / "tied"), seed=1, tie_word_embeddings=True, **DIMS)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -35,6 +35,7 @@ from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_
 from verl.utils.debug import marked_timer
 from verl.utils.device import peak_rss_gb
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+from verl.workers.rollout.multi_turn.rollout import pop_agent_loop_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -225,9 +226,8 @@ class RayPPOTrainer:
             self.rm_wg.init_model()
         self.actor_rollout_wg = all_wg["actor_rollout"]
         self.actor_rollout_wg.init_model()
+        # async mode: the workers' rollout plays agent loops (see AsyncActorRolloutRefWorker); called the same way
         self.async_rollout_mode = self.ppo_config.actor_rollout_ref.rollout.mode == "async"
-        if self.async_rollout_mode:
-            raise NotImplementedError("rollout.mode=async is not supported yet; use rollout.mode=sync")
 
     # ------------------------------------------------------------------------------------------------ phases
     def _generate(self, batch: DataProto, timing_raw: dict) -> DataProto:
@@ -383,7 +383,7 @@ class RayPPOTrainer:
         """
         metrics: dict = {}
         batch = self._generate(batch, timing_raw)
-        metrics.update(batch.meta_info.pop("rollout_metrics", {}))  # e.g. the multi-turn loop's turns and tool calls
+        metrics.update(pop_agent_loop_metrics(batch))  # the agent loops' turns, tool calls, ... (all ranks)
         self._balance_and_count_tokens(batch, metrics)
         with marked_timer("reward", timing_raw):
             batch, reward = self._compute_reward(batch, timing_raw)

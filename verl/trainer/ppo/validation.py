@@ -41,7 +41,7 @@ def name_validation_metrics(per_source: dict) -> dict[str, float]:
 
 def pop_generation_inputs(batch: DataProto) -> DataProto:
     """Pop what the rollout needs from a prompt batch: the prompt tensors and the optional per-prompt values."""
-    optional = ("multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs")
+    optional = ("multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs", "agent_name")
     non_tensor_keys = ["raw_prompt_ids"] if "raw_prompt_ids" in batch.non_tensor_batch else []
     non_tensor_keys += [k for k in optional if k in batch.non_tensor_batch]
     return batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=non_tensor_keys)

@@ -11,7 +11,7 @@ turn server for each assistant turn:
   another trajectory's next one.
 
 The output has the single-turn rollout's columns plus ``loss_mask`` (1 only on generated tokens), and the
-non-tensor ``messages`` and ``reward_scores``; step metrics go to ``meta_info["rollout_metrics"]``.
+non-tensor ``messages``, ``reward_scores`` and ``agent_loop_metrics`` (see ``pop_agent_loop_metrics``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,17 @@ from verl.workers.rollout.multi_turn.tool_parser import get_tool_parser
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AgentLoopRollout", "GeneratedTurn", "MultiTurnRollout", "TurnEngine", "truncate_text"]
+__all__ = [
+    "AGENT_LOOP_METRICS",
+    "AgentLoopRollout",
+    "GeneratedTurn",
+    "MultiTurnRollout",
+    "TurnEngine",
+    "pop_agent_loop_metrics",
+    "truncate_text",
+]
+
+AGENT_LOOP_METRICS = "agent_loop_metrics"  # the output's per-trajectory metrics column
 
 
 def truncate_text(text: str, limit: int, side: str) -> str:
@@ -201,28 +211,54 @@ class AgentLoopRollout(BaseRollout):
         non_tensor = {key: np.repeat(value, n, axis=0) for key, value in prompts.non_tensor_batch.items()}
         non_tensor["messages"] = _object_array([out.messages for out in outputs])
         non_tensor["reward_scores"] = _object_array([out.reward_scores for out in outputs])
-        meta = {"rollout_metrics": _metrics(outputs, engine_calls)}
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        non_tensor[AGENT_LOOP_METRICS] = _object_array(_row_metrics(outputs, engine_calls))
+        return DataProto(batch=batch, non_tensor_batch=non_tensor)
 
 
 MultiTurnRollout = AgentLoopRollout  # the name of the sync multi-turn rollout before agent loops
 
 
-def _metrics(outputs: list, engine_calls: int) -> dict[str, float]:
-    count = max(1, len(outputs))
-    metrics = {
-        "multi_turn/assistant_turns_mean": sum(out.num_turns for out in outputs) / count,
-        "multi_turn/tool_calls_mean": sum(out.tool_calls for out in outputs) / count,
-        "multi_turn/user_turns_mean": sum(out.user_turns for out in outputs) / count,
-        "multi_turn/tool_seconds": sum(out.tool_seconds for out in outputs),
-        "multi_turn/engine_calls": float(engine_calls),
-        "multi_turn/token_drift_trajectories": float(sum(out.template_drift for out in outputs)),
-    }
-    values: dict[str, list[float]] = {}
-    for out in outputs:
-        for key, value in out.metrics.items():
-            values.setdefault(key, []).append(float(value))
-    metrics.update({f"agent_loop/{key}": sum(v) / len(v) for key, v in values.items()})
+def _row_metrics(outputs: list, engine_calls: int) -> list[dict[str, float]]:
+    """Each trajectory's figures, carried as a non-tensor column so that every rank's rows reach the trainer
+    (``meta_info`` of a data-parallel call is the first rank's only); ``engine_calls`` is shared out over the
+    rank's rows so that the column sums to the engine calls of all ranks."""
+    share = engine_calls / max(1, len(outputs))
+    return [
+        {
+            "assistant_turns": float(out.num_turns),
+            "user_turns": float(out.user_turns),
+            "tool_calls": float(out.tool_calls),
+            "tool_seconds": float(out.tool_seconds),
+            "token_drift": float(out.template_drift),
+            "engine_calls": share,
+            **{f"agent_loop/{key}": float(value) for key, value in out.metrics.items()},
+        }
+        for out in outputs
+    ]
+
+
+def pop_agent_loop_metrics(batch: DataProto) -> dict[str, float]:
+    """The step metrics of an agent-loop rollout's output (empty for another rollout), its metrics column popped.
+
+    ``multi_turn/*``: turns, user turns and tool calls per trajectory (means), seconds spent waiting on tools and
+    engine calls (totals over all ranks), trajectories whose ids differ from the re-templated conversation (count);
+    ``agent_loop/<key>``: a loop's own metrics, averaged over the trajectories that report them.
+    """
+    rows = batch.non_tensor_batch.pop(AGENT_LOOP_METRICS, None)
+    if rows is None or len(rows) == 0:
+        return {}
+    count = len(rows)
+    total = {key: sum(row[key] for row in rows) for key in ("assistant_turns", "user_turns", "tool_calls")}
+    metrics = {f"multi_turn/{key}_mean": value / count for key, value in total.items()}
+    metrics["multi_turn/tool_seconds"] = sum(row["tool_seconds"] for row in rows)
+    metrics["multi_turn/engine_calls"] = float(round(sum(row["engine_calls"] for row in rows)))
+    metrics["multi_turn/token_drift_trajectories"] = sum(row["token_drift"] for row in rows)
+    own: dict[str, list[float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith("agent_loop/"):
+                own.setdefault(key, []).append(value)
+    metrics.update({key: sum(values) / len(values) for key, values in own.items()})
     return metrics
 
 
