@@ -100,7 +100,11 @@ def test_tuning_script_settings_are_valid_config(size):
 
 @pytest.mark.parametrize(
     "script",
-    ["examples/multiturn/run_qwen2.5-0.5b_gsm8k_multiturn.sh", "examples/multiturn/run_tiny_cpu_gsm8k_multiturn.sh"],
+    [
+        "examples/multiturn/run_qwen2.5-0.5b_gsm8k_multiturn.sh",
+        "examples/multiturn/run_tiny_cpu_gsm8k_multiturn.sh",
+        "examples/multiturn/run_tiny_cpu_gsm8k_multiturn_async.sh",
+    ],
 )
 def test_multiturn_scripts_use_known_keys_and_shipped_configs(script):
     overrides = _overrides(script)
