@@ -414,3 +414,44 @@ def test_a_failing_agent_loop_fails_the_call_and_leaves_no_trajectory_running(to
     assert not [task for task in asyncio.all_tasks(rollout._loop) if not task.done()]
     out = rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent"]))  # the rollout still works
     assert len(out) == 2
+
+
+def test_async_single_turn_agent_on_hf_equals_the_sync_rollout_greedy(tmp_path):
+    """mode=async, rows without agent_name: the single-turn loop (turns batched on the HF engine) gives the same
+    greedy responses as the plain sync HF rollout on the dataset's prompt ids."""
+    from transformers import AutoModelForCausalLM
+
+    from verl.utils.model import compute_position_id_with_mask
+    from verl.workers.rollout import HFRollout
+
+    model_dir = make_tiny_model_dir(str(tmp_path / "m"))
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    config = RolloutConfig.from_config(
+        OmegaConf.create({"name": "hf", "mode": "async", "prompt_length": 48, "response_length": 12, "n": 1})
+    )
+    messages = [[{"role": "user", "content": f"What is {i}+{i}?"}] for i in range(3)]
+    # as RLHFDataset builds them: the template's text, then the ids
+    texts = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
+    ids = [tok.encode(text, add_special_tokens=False) for text in texts]
+    width = config.prompt_length
+    input_ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in ids])
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+    raw = np.empty(3, dtype=object)
+    raw[:] = messages
+    end_of_turn = ChatTemplate(tok).end_of_turn_id
+    meta = {"eos_token_id": end_of_turn, "pad_token_id": tok.pad_token_id, "do_sample": False}
+    data = DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)},
+        non_tensors={"raw_prompt": raw},
+        meta_info=meta,
+    )
+    sync = HFRollout(model, config).generate_sequences(data)
+    agent = MultiTurnRollout(HFRollout(model, config), config, tok)
+    assert not agent.continuous and agent.default_agent == "single_turn_agent"
+    out = agent.generate_sequences(data)
+    assert torch.equal(out.batch["prompts"], sync.batch["prompts"])
+    real = sync.batch["attention_mask"][:, width:].bool()
+    assert torch.equal(out.batch["attention_mask"][:, width:].bool(), real)
+    assert torch.equal(out.batch["responses"][real], sync.batch["responses"][real])
+    assert torch.equal(out.batch["loss_mask"][:, width:].bool(), real)  # every response token was generated
