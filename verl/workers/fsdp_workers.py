@@ -445,8 +445,10 @@ class CriticWorker(Worker, DistProfilerExtension):
             num_labels=1,
         )
         self.tokenizer = files.tokenizer
-        # dropout makes value targets noisy and runs irreproducible
-        for key in ("classifier_dropout", "hidden_dropout", "summary_dropout_prob", "attention_dropout"):
+        # dropout makes value targets noisy and runs irreproducible; set classifier_dropout even where the config
+        # has no such key, since HF's token-classification head then falls back to a dropout of 0.1
+        files.hf_config.classifier_dropout = 0.0
+        for key in ("hidden_dropout", "summary_dropout_prob", "attention_dropout"):
             if hasattr(files.hf_config, key):
                 setattr(files.hf_config, key, 0.0)
         self.critic_module = build_fsdp_model(
