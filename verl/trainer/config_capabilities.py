@@ -43,8 +43,3 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool) -> None:
             "actor_rollout_ref.model.use_fused_kernels=True is not implemented (log-probs come from chunked full "
             "logits, which give the same values); set it False"
         )
-    if model.lora_rank and model.lora_rank > 0 and arr.rollout.name == "vllm":
-        raise ConfigError(
-            f"actor_rollout_ref.model.lora_rank={model.lora_rank} with rollout.name=vllm: the vLLM rollout cannot "
-            "take the LoRA adapter yet; use actor_rollout_ref.rollout.name=hf (or lora_rank=0)"
-        )

@@ -495,7 +495,10 @@ def _check_models(config, ctx: _Context) -> None:
         heads = getattr(text_config, "num_attention_heads", None)
         sp = _get(config, sp_key)
         if heads is not None and sp > 1 and heads % sp != 0:
-            raise ConfigError(f"{sp_key}={sp} must divide the model's num_attention_heads={heads} ({path_key})")
+            raise ConfigError(
+                f"{sp_key}={sp} must divide the model's num_attention_heads={heads} ({path_key}); "
+                f"use a divisor of {heads}"
+            )
         if path_key == "actor_rollout_ref.model.path" and _get(config, "actor_rollout_ref.rollout.name") == "vllm":
             _check_vllm_cpu_model(config, hf_config, path_key)
             max_pos = getattr(text_config, "max_position_embeddings", None)
@@ -524,7 +527,7 @@ def _check_vllm_cpu_model(config, hf_config, path_key: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ entry point
 def _check_runtime_support(config, ctx: _Context) -> None:
-    check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref)
+    check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref, use_rm=ctx.use_rm)
 
 
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (

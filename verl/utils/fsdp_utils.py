@@ -299,6 +299,11 @@ def fsdp2_full_params(model: nn.Module):
     A no-op for modules that are not FSDP2.
     """
     modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if isinstance(model, FSDPModule):
+        # Make the root the root before anything runs: a PEFT model's generate() enters the wrapped model below it,
+        # and the first forward would otherwise initialise the inner modules as roots of their own, after which
+        # the next forward through the real root fails ("FSDP state has already been lazily initialized").
+        model._get_fsdp_state()._lazy_init()
     # FSDP2 has no getter for reshard_after_forward; remember the per-group setting to restore it exactly.
     saved = [[g.post_forward_mesh_info for g in m._get_fsdp_state()._fsdp_param_groups] for m in modules]
     for m in modules:

@@ -43,6 +43,8 @@ __all__ = [
     "to_device",
     "to_float",
     "unpack_to_padded",
+    "gather_sequence_parallel",
+    "slice_for_sequence_parallel",
 ]
 
 
@@ -179,6 +181,49 @@ def unpack_to_padded(values: torch.Tensor, valid: torch.Tensor, fill: float = 0.
     out = values.new_full((*valid.shape, *values.shape[1:]), fill)
     out[valid] = values  # index_put keeps the autograd graph to ``values``
     return out
+
+
+def slice_for_sequence_parallel(
+    sp_size: int,
+    input_ids_rmpad: torch.Tensor,
+    position_ids_rmpad: torch.Tensor,
+    labels_rmpad: torch.Tensor | None = None,
+    multi_modal: bool = False,
+):
+    """This Ulysses SP rank's slice of a packed row: pad ``nnz`` to a multiple of ``sp_size``, keep ``1/sp`` of it.
+
+    input_ids_rmpad, labels_rmpad ``(1, nnz)``; position_ids_rmpad ``(1, nnz)`` or ``(3, 1, nnz)``. Returns the
+    sliced ``(ids, positions, labels, pad_size)``; unchanged with ``pad_size=0`` when ``sp_size == 1``. Must run
+    inside the worker's ``FSDPUlyssesShardingManager``, which installs the SP group.
+    """
+    if sp_size == 1:
+        return input_ids_rmpad, position_ids_rmpad, labels_rmpad, 0
+    from verl.utils.ulysses import get_ulysses_sequence_parallel_world_size, ulysses_pad_and_slice_inputs
+
+    if get_ulysses_sequence_parallel_world_size() != sp_size:
+        raise RuntimeError(
+            f"ulysses_sequence_parallel_size={sp_size} but the installed SP group has "
+            f"{get_ulysses_sequence_parallel_world_size()} ranks: call inside the worker's FSDPUlyssesShardingManager"
+        )
+    if multi_modal:
+        raise NotImplementedError("Ulysses sequence parallelism with multi_modal_inputs is not supported; use sp=1")
+    ids, pos, pad_size = ulysses_pad_and_slice_inputs(input_ids_rmpad, position_ids_rmpad, sp_size)
+    if labels_rmpad is not None:
+        labels_rmpad, _, _ = ulysses_pad_and_slice_inputs(labels_rmpad, None, sp_size)
+    return ids, pos, labels_rmpad, pad_size
+
+
+def gather_sequence_parallel(values: torch.Tensor, sp_size: int, pad_size: int) -> torch.Tensor:
+    """Per-token values of this SP rank's slice ``(nnz_padded / sp, ...)`` -> the whole row ``(nnz, ...)``.
+
+    Autograd-aware: the backward keeps this rank's slice of the gradient, scaled by ``sp`` because every SP rank
+    computes the same loss and FSDP averages gradients over all ``dp * sp`` ranks.
+    """
+    if sp_size == 1:
+        return values
+    from verl.utils.ulysses import gather_outpus_and_unpad
+
+    return gather_outpus_and_unpad(values, gather_dim=0, unpad_dim=0, padding_size=pad_size)
 
 
 def _block_causal_mask(position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

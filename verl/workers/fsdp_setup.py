@@ -1,4 +1,4 @@
-"""Building blocks the FSDP workers share: process group, device mesh, HF model loading, LoRA, optimizer.
+"""Building blocks the FSDP workers share: process group, device meshes, HF model loading, LoRA, optimizer, offload.
 
 `load_pretrained` and `build_fsdp_model` are the one path by which actor, reference, critic and reward model get
 their tokenizer, HF config and FSDP-wrapped module; the roles differ only in the arguments they pass.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +16,14 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from verl.utils.device import get_device_name, get_dist_backend, is_accelerator_available
-from verl.utils.fsdp_utils import get_init_weight_context_manager, get_sharding_strategy  # noqa: F401 (re-export)
+from verl.utils.fsdp_utils import (
+    get_init_weight_context_manager,
+    get_sharding_strategy,  # noqa: F401 (re-export)
+    load_fsdp_model_to_gpu,
+    load_fsdp_optimizer,
+    offload_fsdp_model_to_cpu,
+    offload_fsdp_optimizer,
+)
 from verl.utils.torch_dtypes import PrecisionType
 from verl.workers.config import FSDPConfig, OptimConfig
 
@@ -69,6 +77,26 @@ def create_device_mesh(world_size: int, fsdp_size: int):
     if world_size % fsdp_size != 0:
         raise ValueError(f"fsdp_config.fsdp_size={fsdp_size} must divide the world size {world_size}")
     return init_device_mesh(device, mesh_shape=(world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+
+
+def ulysses_sharding_manager(world_size: int, sp_size: int):
+    """The Ulysses sharding manager of a worker: over a ``(world_size // sp_size, sp_size)`` mesh named
+    ``("dp", "sp")``, or a no-op one (no mesh) when ``sp_size == 1``.
+
+    The FSDP mesh stays over all ranks; the SP ranks of one ``dp`` row share the rows of a batch: DP_COMPUTE_PROTO
+    dispatch still sends every rank its own chunk, and the manager's ``preprocess_data`` all-gathers the chunks of the
+    group (``postprocess_data`` hands each rank its own rows back), so the driver needs no SP-aware dispatch.
+    """
+    from verl.workers.sharding_manager import FSDPUlyssesShardingManager
+
+    if sp_size == 1:
+        return FSDPUlyssesShardingManager(None)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if world_size % sp_size != 0:
+        raise ValueError(f"ulysses_sequence_parallel_size={sp_size} must divide the world size {world_size}")
+    mesh = init_device_mesh(get_device_name(), (world_size // sp_size, sp_size), mesh_dim_names=("dp", "sp"))
+    return FSDPUlyssesShardingManager(mesh)
 
 
 def model_dtype(fsdp_config, is_trainable: bool) -> torch.dtype:
@@ -226,17 +254,23 @@ def build_fsdp_model(
     lora_config=None,
     lora_task_type: str = "CAUSAL_LM",
     cpu_offload: bool | None = None,
+    ulysses_sp_size: int = 1,
 ) -> torch.nn.Module:
     """Load ``files`` with ``auto_cls`` and shard it with FSDP1/FSDP2 (``strategy``) over ``device_mesh``.
 
     ``trainable`` picks the parameter dtype (fp32 masters for the optimizer) and whether activations are
     checkpointed; ``lora_config`` (with ``lora_rank``, ``lora_alpha``, ``target_modules``) wraps the model with PEFT
     adapters first. ``cpu_offload``: None leaves it to ``fsdp_config.offload_policy``; frozen models pass True.
+    ``ulysses_sp_size > 1`` patches attention for Ulysses sequence parallelism (packed inputs only).
     """
     from verl.utils.fsdp_utils import wrap_model_for_training
 
     dtype = model_dtype(fsdp_config, is_trainable=trainable)
     module = load_hf_model(auto_cls, files.local_path, files.hf_config, dtype, trust_remote_code, device_mesh)
+    if ulysses_sp_size > 1:
+        from verl.models.transformers.monkey_patch import apply_monkey_patch
+
+        apply_monkey_patch(module, ulysses_sp_size=ulysses_sp_size, use_remove_padding=True)
     if trainable and gradient_checkpointing:
         module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora_config is not None:
@@ -250,3 +284,40 @@ def build_fsdp_model(
         cpu_offload=cpu_offload,
         is_lora=lora_config is not None,
     )
+
+
+class OffloadGuard:
+    """Where a trained model's parameters and optimizer state live between calls (``fsdp_config.param_offload`` /
+    ``optimizer_offload``): offloaded to host memory after start-up, brought back for the length of a call."""
+
+    def __init__(self, offload_param: bool, offload_optimizer: bool) -> None:
+        self.offload_param = offload_param
+        self.offload_optimizer = offload_optimizer
+        self.module = self.optimizer = None
+
+    def attach(self, module, optimizer=None) -> None:
+        """Guard ``module`` (and ``optimizer``) and offload them now, as configured."""
+        self.module, self.optimizer = module, optimizer
+        if self.offload_param:
+            offload_fsdp_model_to_cpu(module)
+        self.offload_optimizer_state()
+
+    def offload_optimizer_state(self) -> None:
+        if self.optimizer is not None and self.offload_optimizer:
+            offload_fsdp_optimizer(self.optimizer)
+
+    @contextmanager
+    def resident(self, with_optimizer: bool = False):
+        """The model (and, ``with_optimizer``, its optimizer state) on the device for the block."""
+        optimizer = self.optimizer if with_optimizer and self.offload_optimizer else None
+        if self.offload_param:
+            load_fsdp_model_to_gpu(self.module)
+        if optimizer is not None:
+            load_fsdp_optimizer(optimizer, torch.device(get_device_name()))
+        try:
+            yield
+        finally:
+            if self.offload_param:
+                offload_fsdp_model_to_cpu(self.module)
+            if optimizer is not None:
+                offload_fsdp_optimizer(optimizer)

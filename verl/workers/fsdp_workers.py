@@ -2,6 +2,12 @@
 
 The trainer calls their ``@register``ed methods through worker groups; the heavy lifting lives in the engines
 (``DataParallelPPOActor``, ``DataParallelPPOCritic``, the rollouts) and in ``fsdp_setup``.
+
+Ulysses sequence parallelism (``ulysses_sequence_parallel_size`` = sp > 1): the actor/reference and the critic
+each build a ``("dp", "sp")`` mesh and run their compute methods inside its ``FSDPUlyssesShardingManager``. The
+dispatch stays per rank (DP_COMPUTE_PROTO, one chunk per worker); the manager all-gathers the chunks of an SP group
+so its ranks work on the same rows, each on a slice of every packed sequence, and hands each rank its own rows'
+results back for the collect. Batch sizes are per dp rank (``workers / sp``).
 """
 
 from __future__ import annotations
@@ -26,21 +32,17 @@ from verl.utils.batch_sizes import (
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension, ProfilerConfig
 from verl.utils.device import get_device_id, get_device_name, peak_rss_gb
-from verl.utils.fsdp_utils import (
-    load_fsdp_model_to_gpu,
-    load_fsdp_optimizer,
-    offload_fsdp_model_to_cpu,
-    offload_fsdp_optimizer,
-)
 from verl.utils.import_utils import import_external_libs
 from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 from verl.workers.fsdp_setup import (
+    OffloadGuard,
     build_fsdp_model,
     build_optimizer,
     create_device_mesh,
     get_sharding_strategy,
     init_distributed,
     load_pretrained,
+    ulysses_sharding_manager,
 )
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ __all__ = [
     "ActorRolloutRefWorker",
     "AsyncActorRolloutRefWorker",
     "CriticWorker",
+    "OffloadGuard",
     "RewardModelWorker",
     "create_device_mesh",
     "get_sharding_strategy",
@@ -94,43 +97,6 @@ def _reports_compute_time(func):
     return wrapper
 
 
-class OffloadGuard:
-    """Where a trained model's parameters and optimizer state live between calls (``fsdp_config.param_offload`` /
-    ``optimizer_offload``): offloaded to host memory after start-up, brought back for the length of a call."""
-
-    def __init__(self, offload_param: bool, offload_optimizer: bool) -> None:
-        self.offload_param = offload_param
-        self.offload_optimizer = offload_optimizer
-        self.module = self.optimizer = None
-
-    def attach(self, module, optimizer=None) -> None:
-        """Guard ``module`` (and ``optimizer``) and offload them now, as configured."""
-        self.module, self.optimizer = module, optimizer
-        if self.offload_param:
-            offload_fsdp_model_to_cpu(module)
-        self.offload_optimizer_state()
-
-    def offload_optimizer_state(self) -> None:
-        if self.optimizer is not None and self.offload_optimizer:
-            offload_fsdp_optimizer(self.optimizer)
-
-    @contextmanager
-    def resident(self, with_optimizer: bool = False):
-        """The model (and, ``with_optimizer``, its optimizer state) on the device for the block."""
-        optimizer = self.optimizer if with_optimizer and self.offload_optimizer else None
-        if self.offload_param:
-            load_fsdp_model_to_gpu(self.module)
-        if optimizer is not None:
-            load_fsdp_optimizer(optimizer, torch.device(device_name))
-        try:
-            yield
-        finally:
-            if self.offload_param:
-                offload_fsdp_model_to_cpu(self.module)
-            if optimizer is not None:
-                offload_fsdp_optimizer(optimizer)
-
-
 def _checkpoint_manager(model, optimizer, lr_scheduler, tokenizer, checkpoint_config):
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
@@ -160,6 +126,9 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         world_size = dist.get_world_size()
         fsdp_config = config.actor.fsdp_config
         self.device_mesh = create_device_mesh(world_size, fsdp_config.fsdp_size)
+        # actor and reference share one ("dp", "sp") mesh (the config check refuses a ref sp that differs)
+        self.ulysses_sp_size = config.actor.ulysses_sequence_parallel_size
+        self.ulysses_sharding_manager = ulysses_sharding_manager(world_size, self.ulysses_sp_size)
         self.offload = OffloadGuard(
             offload_param=self._is_actor and fsdp_config.param_offload,
             offload_optimizer=self._is_actor and fsdp_config.optimizer_offload,
@@ -203,6 +172,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
             lora_config=model_cfg if trainable and self._is_lora else None,
             cpu_offload=None if as_actor else True,
+            ulysses_sp_size=self.ulysses_sp_size,
         )
         if not trainable:
             return module, None, None
@@ -331,12 +301,15 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         is_lora = data.meta_info.pop("is_lora", False)
         self._log_prob_meta(data, self.config.rollout)
         adapter_off = self.actor_module.disable_adapter() if is_lora else nullcontext()
-        with self.offload.resident(), adapter_off:
-            log_probs, entropys = self.actor.compute_log_prob(data=data, calculate_entropy=True)
-        return DataProto.from_dict(
-            {"old_log_probs": log_probs, "entropys": entropys},
-            meta_info={"temperature": self.config.rollout.temperature},
-        ).to("cpu")
+        sp = self.ulysses_sharding_manager
+        with self.offload.resident(), adapter_off, sp:
+            log_probs, entropys = self.actor.compute_log_prob(data=sp.preprocess_data(data), calculate_entropy=True)
+            output = DataProto.from_dict(
+                {"old_log_probs": log_probs, "entropys": entropys},
+                meta_info={"temperature": self.config.rollout.temperature},
+            )
+            output = sp.postprocess_data(output)
+        return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @_reports_compute_time
@@ -348,8 +321,10 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             return DataProto.from_dict({"ref_log_prob": out.batch["old_log_probs"]})
         assert self._is_ref, f"compute_ref_log_prob needs the ref role, this worker is {self.role!r}"
         self._log_prob_meta(data, self.config.ref)
-        log_probs, _ = self.ref_policy.compute_log_prob(data=data, calculate_entropy=False)
-        return DataProto.from_dict({"ref_log_prob": log_probs}).to("cpu")
+        with self.ulysses_sharding_manager as sp:
+            log_probs, _ = self.ref_policy.compute_log_prob(data=sp.preprocess_data(data), calculate_entropy=False)
+            output = sp.postprocess_data(DataProto.from_dict({"ref_log_prob": log_probs}))
+        return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @_reports_compute_time
@@ -357,9 +332,9 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         """One PPO update over ``data``; returns ``meta_info["metrics"]`` (lists per key)."""
         assert self._is_actor, f"update_actor needs the actor role, this worker is {self.role!r}"
         data = data.to("cpu")
-        with self.offload.resident(with_optimizer=True):
+        with self.offload.resident(with_optimizer=True), self.ulysses_sharding_manager as sp:
             start = time.perf_counter()
-            metrics = self.actor.update_policy(data=data)
+            metrics = self.actor.update_policy(data=sp.preprocess_data(data))
             elapsed = time.perf_counter() - start
             metrics["perf/mfu/actor"] = (
                 _mfu_metric(self.flops_counter, data.meta_info.get("global_token_num", []), elapsed, self.world_size)
@@ -422,6 +397,7 @@ class CriticWorker(Worker, DistProfilerExtension):
         world_size = dist.get_world_size()
         fsdp_config = config.model.fsdp_config
         self.device_mesh = create_device_mesh(world_size, fsdp_config.fsdp_size)
+        self.ulysses_sharding_manager = ulysses_sharding_manager(world_size, config.ulysses_sequence_parallel_size)
         self.offload = OffloadGuard(fsdp_config.param_offload, fsdp_config.optimizer_offload)
         normalize_critic_batch_sizes(config, world_size).apply_to(config)
         DistProfilerExtension.__init__(self, _profiler(self, config.profiler))
@@ -462,6 +438,7 @@ class CriticWorker(Worker, DistProfilerExtension):
             gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
             lora_config=model_cfg if model_cfg.is_lora else None,
             lora_task_type="TOKEN_CLS",
+            ulysses_sp_size=self.config.ulysses_sequence_parallel_size,
         )
         self.critic_optimizer, self.critic_lr_scheduler = build_optimizer(self.critic_module, self.config.optim)
         self.critic = DataParallelPPOCritic(self.config, self.critic_module, self.critic_optimizer)
@@ -476,18 +453,19 @@ class CriticWorker(Worker, DistProfilerExtension):
         data.meta_info["micro_batch_size"] = self.config.forward_micro_batch_size_per_gpu
         data.meta_info["max_token_len"] = self.config.forward_max_token_len_per_gpu
         data.meta_info["use_dynamic_bsz"] = self.config.use_dynamic_bsz
-        with self.offload.resident():
-            values = self.critic.compute_values(data=data)
-        return DataProto.from_dict({"values": values}).to("cpu")
+        with self.offload.resident(), self.ulysses_sharding_manager as sp:
+            values = self.critic.compute_values(data=sp.preprocess_data(data))
+            output = sp.postprocess_data(DataProto.from_dict({"values": values}))
+        return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @_reports_compute_time
     def update_critic(self, data: DataProto) -> DataProto:
         """One value-function update; returns ``meta_info["metrics"]``."""
         data = data.to("cpu")
-        with self.offload.resident(with_optimizer=True):
+        with self.offload.resident(with_optimizer=True), self.ulysses_sharding_manager as sp:
             start = time.perf_counter()
-            metrics = self.critic.update_critic(data=data)
+            metrics = self.critic.update_critic(data=sp.preprocess_data(data))
             elapsed = time.perf_counter() - start
             self.critic_lr_scheduler.step()
             metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]

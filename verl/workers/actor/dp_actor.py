@@ -15,6 +15,7 @@ from verl.utils.micro_batch import (
     append_metrics,
     autocast_context,
     compute_device,
+    gather_sequence_parallel,
     gradient_accumulation_steps,
     make_micro_batches,
     merge_multi_modal_inputs,
@@ -23,6 +24,7 @@ from verl.utils.micro_batch import (
     packed_forward_kwargs,
     padded_forward,
     restore_order,
+    slice_for_sequence_parallel,
     to_device,
     to_float,
     unpack_to_padded,
@@ -62,10 +64,10 @@ class DataParallelPPOActor(BasePPOActor):
         self.use_remove_padding = config.use_remove_padding
         self.use_fused_kernels = config.use_fused_kernels
         self.ulysses_sequence_parallel_size = config.ulysses_sequence_parallel_size
-        if self.ulysses_sequence_parallel_size > 1:
-            raise NotImplementedError(
-                f"ulysses_sequence_parallel_size={self.ulysses_sequence_parallel_size}: sequence parallelism is not "
-                "implemented in this actor yet; use 1"
+        if self.ulysses_sequence_parallel_size > 1 and not self.use_remove_padding:
+            raise ValueError(
+                f"ulysses_sequence_parallel_size={self.ulysses_sequence_parallel_size} needs packed inputs: set "
+                "actor_rollout_ref.model.use_remove_padding=True"
             )
         if self.use_fused_kernels:
             # The fused head only saves memory; the unfused path computes the same numbers.
@@ -104,17 +106,23 @@ class DataParallelPPOActor(BasePPOActor):
         with autocast_context():
             if self.use_remove_padding:
                 ids_rmpad, pos_rmpad, valid = pack_padded_inputs(input_ids, attention_mask, position_ids)
+                # The logit at packed position k predicts token k+1; at a sequence's last token that label is the
+                # next sequence's first token, which lands on a padded response slot and is masked later.
+                labels = torch.roll(ids_rmpad, shifts=-1, dims=1)
+                sp = self.ulysses_sequence_parallel_size
+                ids_rmpad, pos_rmpad, labels, sp_pad = slice_for_sequence_parallel(
+                    sp, ids_rmpad, pos_rmpad, labels, multi_modal=bool(mm_kwargs)
+                )
                 dtype = next(self.actor_module.parameters()).dtype
                 kwargs = packed_forward_kwargs(self.actor_module, pos_rmpad, dtype)
                 logits = self.actor_module(input_ids=ids_rmpad, **kwargs, **mm_kwargs).logits.squeeze(0)
                 logits.div_(temperature)
-                # The logit at packed position k predicts token k+1; at a sequence's last token that label is the
-                # next sequence's first token, which lands on a padded response slot and is masked later.
-                labels = torch.roll(ids_rmpad.squeeze(0), shifts=-1, dims=0)
-                log_probs = unpack_to_padded(verl_F.logprobs_from_logits(logits, labels), valid)
+                log_probs = verl_F.logprobs_from_logits(logits, labels.squeeze(0))
+                log_probs = unpack_to_padded(gather_sequence_parallel(log_probs, sp, sp_pad), valid)
                 log_probs = log_probs[:, -response_length - 1 : -1]
                 if calculate_entropy:
-                    entropy = unpack_to_padded(self._entropy(logits, entropy_grad), valid)[:, -response_length - 1 : -1]
+                    entropy = gather_sequence_parallel(self._entropy(logits, entropy_grad), sp, sp_pad)
+                    entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
             else:
                 output, kept = padded_forward(
                     self.actor_module, input_ids, attention_mask, position_ids, response_length, **mm_kwargs

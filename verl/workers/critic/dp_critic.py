@@ -15,6 +15,7 @@ from verl.utils.micro_batch import (
     append_metrics,
     autocast_context,
     compute_device,
+    gather_sequence_parallel,
     gradient_accumulation_steps,
     make_micro_batches,
     merge_multi_modal_inputs,
@@ -23,6 +24,7 @@ from verl.utils.micro_batch import (
     packed_forward_kwargs,
     padded_forward,
     restore_order,
+    slice_for_sequence_parallel,
     to_device,
     to_float,
     unpack_to_padded,
@@ -54,10 +56,10 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.critic_optimizer = critic_optimizer
         self.use_remove_padding = config.model.use_remove_padding
         self.ulysses_sequence_parallel_size = config.ulysses_sequence_parallel_size
-        if self.ulysses_sequence_parallel_size > 1:
-            raise NotImplementedError(
-                f"critic.ulysses_sequence_parallel_size={self.ulysses_sequence_parallel_size}: sequence parallelism "
-                "is not implemented in this critic yet; use 1"
+        if self.ulysses_sequence_parallel_size > 1 and not self.use_remove_padding:
+            raise ValueError(
+                f"critic.ulysses_sequence_parallel_size={self.ulysses_sequence_parallel_size} needs packed inputs: "
+                "set critic.model.use_remove_padding=True"
             )
         self.device = compute_device()
 
@@ -76,11 +78,15 @@ class DataParallelPPOCritic(BasePPOCritic):
         with autocast_context():
             if self.use_remove_padding:
                 ids_rmpad, pos_rmpad, valid = pack_padded_inputs(input_ids, attention_mask, position_ids)
+                sp = self.ulysses_sequence_parallel_size
+                ids_rmpad, pos_rmpad, _, sp_pad = slice_for_sequence_parallel(
+                    sp, ids_rmpad, pos_rmpad, multi_modal=bool(mm_kwargs)
+                )
                 dtype = next(self.critic_module.parameters()).dtype
                 kwargs = packed_forward_kwargs(self.critic_module, pos_rmpad, dtype)
                 output = self.critic_module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
-                values_rmpad = self._values_from_output(output).reshape(-1)  # (nnz,)
-                values = unpack_to_padded(values_rmpad, valid)
+                values_rmpad = self._values_from_output(output).reshape(-1)  # (nnz / sp,)
+                values = unpack_to_padded(gather_sequence_parallel(values_rmpad, sp, sp_pad), valid)
                 return values[:, -response_length - 1 : -1]
             output, kept = padded_forward(
                 self.critic_module, input_ids, attention_mask, position_ids, response_length, **mm_kwargs

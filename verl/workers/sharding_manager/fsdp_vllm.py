@@ -22,6 +22,7 @@ from verl.protocol import DataProto, all_gather_data_proto
 from verl.utils.device import get_device_name, get_torch_device, is_accelerator_available
 from verl.utils.fsdp_utils import fsdp_version, load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
 from verl.workers.sharding_manager.base import BaseShardingManager
+from verl.workers.sharding_manager.lora_merge import lora_scalings, merge_lora_stream, strip_peft_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +163,12 @@ class FSDPVLLMShardingManager(BaseShardingManager):
         FSDP2 and plain modules: state-dict order, one DTensor gathered at a time. FSDP1: unit by unit (see
         :func:`_fsdp1_unit_tensors`), the same names and values as its full state dict.
         """
+        scalings = lora_scalings(self.module, normalize_weight_name)
+        stream = self._gathered_weights()
+        # a PEFT actor: the engine gets base weights with the adapters folded in (see lora_merge)
+        yield from merge_lora_stream(stream, scalings) if scalings else stream
+
+    def _gathered_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         fsdp1 = fsdp_version(self.module) == 1
         if fsdp1:
             tensors = _fsdp1_unit_tensors(self.module)
@@ -169,7 +176,7 @@ class FSDPVLLMShardingManager(BaseShardingManager):
             tensors = self.module.state_dict().items()  # FSDP2: DTensor shards, nothing gathered yet
         device = get_device_name() if self.on_accelerator else None
         for name, tensor in tensors:
-            name = normalize_weight_name(name)
+            name = strip_peft_prefix(normalize_weight_name(name))
             if self.tied and name == "lm_head.weight":
                 continue  # the engine ties it to the embedding; gathering it would be wasted traffic
             if device is not None and tensor.device.type == "cpu":

@@ -151,9 +151,7 @@ class vLLMRollout(BaseRollout):
         vllm_kwargs = dict(config.engine_kwargs.vllm or {})
         engine_kwargs = {k: v for k, v in vllm_kwargs.items() if v is not None}  # null entries mean "vLLM default"
         engine_kwargs = _supported_engine_kwargs(engine_kwargs)
-        if lora_rank > 0:
-            # Adapter sync (TensorLoRARequest per update) is not implemented; a silently stale adapter would be worse.
-            raise NotImplementedError(f"lora_rank={lora_rank}: LoRA is not supported by this vLLM rollout yet")
+        # lora_rank > 0 needs nothing here: the hand-off folds the adapter into the base weights (lora_merge).
         limit_images = config.limit_images
         if limit_images:
             engine_kwargs.setdefault("limit_mm_per_prompt", {"image": limit_images})
