@@ -107,10 +107,15 @@ def _steps(rank: int, sp: int, model: str, critic: str, inputs: dict | None) -> 
         "entropys": _collect(log_prob_out.batch["entropys"], world),
         "ref_log_prob": _collect(actor.compute_ref_log_prob(shard(full)).batch["ref_log_prob"], world),
         "values": _collect(critic_worker.compute_values(shard(full)).batch["values"], world),
-        "widths": widths,
+        "widths": list(widths),  # the static micro batches of 4 rows
         "actor_grads": {},
         "critic_grads": {},
     }
+    # token-budget micro batches: the budget per rank is multiplied by sp (each rank holds 1/sp of every row)
+    actor.config.rollout.log_prob_use_dynamic_bsz = True
+    actor.config.rollout.log_prob_max_token_len_per_gpu = PROMPT_LEN + RESPONSE_LEN
+    dynamic = actor.compute_log_prob(shard(full)).batch["old_log_probs"]
+    result["dynamic_log_probs"] = _collect(dynamic, world)
     inputs = inputs or result
     full.batch["old_log_probs"] = inputs["old_log_probs"]
     full.batch["ref_log_prob"] = inputs["ref_log_prob"]
@@ -164,7 +169,9 @@ def test_sp2_workers_equal_sp1(models):
     assert set(ref["widths"]) == {int(nnz[:4].sum())}
     assert set(got["widths"]) == {(int(nnz[:4].sum()) + 1) // 2, (int(nnz[4:].sum()) + 1) // 2}
     mask = full.batch["attention_mask"][:, PROMPT_LEN:].bool()
-    diffs = {key: _max_diff(got[key], ref[key], mask) for key in ("old_log_probs", "entropys", "ref_log_prob")}
+    keys = ("old_log_probs", "entropys", "ref_log_prob", "dynamic_log_probs")
+    diffs = {key: _max_diff(got[key], ref[key], mask) for key in keys}
+    diffs["dynamic_vs_static"] = _max_diff(got["dynamic_log_probs"], got["old_log_probs"], mask)
     diffs["values"] = _max_diff(got["values"], ref["values"])  # zero past each response in both
     for kind in ("actor_grads", "critic_grads"):
         assert got[kind].keys() == ref[kind].keys() and ref[kind]
@@ -172,7 +179,7 @@ def test_sp2_workers_equal_sp1(models):
         # the update moved something: gradients are not all zero
         assert max(g.abs().max().item() for g in ref[kind].values()) > 1e-3
     print("max abs diff sp=2 vs sp=1:", diffs)
-    for key in ("old_log_probs", "entropys", "ref_log_prob", "values"):
+    for key in (*keys, "dynamic_vs_static", "values"):
         assert diffs[key] < 1e-5, (key, diffs[key])
     for key in ("actor_grads", "critic_grads"):
         assert diffs[key] < 1e-4, (key, diffs[key])
