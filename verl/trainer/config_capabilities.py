@@ -10,21 +10,23 @@ from verl.utils.batch_sizes import ConfigError
 __all__ = ["check_runtime_support"]
 
 
-def check_runtime_support(config, use_critic: bool, use_ref: bool) -> None:
+def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool = False) -> None:
     """Raise ConfigError for the first setting the runtime would not honour (``config``: the typed PPO config)."""
     arr = config.actor_rollout_ref
-    sections = [("actor_rollout_ref.actor", arr.actor)]
-    if use_ref:
-        sections.append(("actor_rollout_ref.ref", arr.ref))
-    if use_critic:
-        sections.append(("critic", config.critic))
-    for key, section in sections:
-        sp = section.ulysses_sequence_parallel_size
-        if sp and sp > 1:
-            raise ConfigError(
-                f"{key}.ulysses_sequence_parallel_size={sp}: sequence parallelism is not implemented in the PPO "
-                "workers yet (the SFT trainer has it); use 1"
-            )
+    actor_sp = arr.actor.ulysses_sequence_parallel_size
+    if use_ref and arr.ref.ulysses_sequence_parallel_size != actor_sp:
+        # the actor/ref worker builds one ("dp", "sp") mesh from the actor's value
+        raise ConfigError(
+            f"actor_rollout_ref.ref.ulysses_sequence_parallel_size={arr.ref.ulysses_sequence_parallel_size} differs "
+            f"from actor_rollout_ref.actor.ulysses_sequence_parallel_size={actor_sp}: the reference shares the "
+            "actor's workers and sequence-parallel mesh; leave ref's at its default (the actor's value)"
+        )
+    if use_rm and config.reward_model.ulysses_sequence_parallel_size > 1:
+        raise ConfigError(
+            f"reward_model.ulysses_sequence_parallel_size={config.reward_model.ulysses_sequence_parallel_size}: "
+            "sequence parallelism is not implemented in the reward-model worker (actor, ref and critic have it); "
+            "use 1"
+        )
     models = [("actor_rollout_ref.model", arr.model)] + ([("critic.model", config.critic.model)] if use_critic else [])
     for key, model in models:
         if model.enable_activation_offload:

@@ -182,6 +182,25 @@ def test_sequence_parallel_must_divide_heads(base_cfg):
     )
     with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size=3 must divide the model's num_attention"):
         check_ppo_config(cfg)
+    with pytest.raises(ConfigError, match="use a divisor of 4"):
+        check_ppo_config(cfg)
+
+
+def test_sequence_parallel_with_packed_inputs_is_accepted(base_cfg):
+    # actor, reference (KL loss) and critic with sp=2 on the 2 workers: dp=1, so each rank's mini batch is the whole
+    check_ppo_config(
+        _with(
+            base_cfg,
+            actor_rollout_ref__actor__use_kl_loss=True,
+            actor_rollout_ref__actor__ulysses_sequence_parallel_size=2,
+            actor_rollout_ref__model__use_remove_padding=True,
+            critic__ulysses_sequence_parallel_size=2,
+            critic__model__use_remove_padding=True,
+        )
+    )
+    # the critic's packed inputs are its own key
+    with pytest.raises(ConfigError, match="critic.ulysses_sequence_parallel_size=2 > 1 needs critic.model.use_remove"):
+        check_ppo_config(_with(base_cfg, critic__ulysses_sequence_parallel_size=2))
 
 
 @pytest.mark.skipif(is_cuda_available, reason="needs a machine without CUDA")
@@ -425,8 +444,22 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
     "updates, expected",
     [
         (
-            {"critic__ulysses_sequence_parallel_size": 2, "critic__model__use_remove_padding": True},
-            "critic.ulysses_sequence_parallel_size=2: sequence parallelism is not implemented in the PPO",
+            {
+                "actor_rollout_ref__actor__use_kl_loss": True,
+                "actor_rollout_ref__model__use_remove_padding": True,
+                "actor_rollout_ref__ref__ulysses_sequence_parallel_size": 2,
+            },
+            "ref.ulysses_sequence_parallel_size=2 differs from actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        ),
+        (
+            {
+                "reward_model__enable": True,
+                "reward_model__micro_batch_size_per_gpu": 2,
+                "reward_model__model__path": "${actor_rollout_ref.model.path}",
+                "reward_model__model__use_remove_padding": True,
+                "reward_model__ulysses_sequence_parallel_size": 2,
+            },
+            "reward_model.ulysses_sequence_parallel_size=2: sequence parallelism is not implemented in the reward",
         ),
         ({"actor_rollout_ref__model__enable_activation_offload": True}, "enable_activation_offload=True is not impl"),
         ({"critic__model__enable_activation_offload": True}, "critic.model.enable_activation_offload=True"),
