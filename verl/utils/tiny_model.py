@@ -1,4 +1,5 @@
-"""Tiny, randomly initialised HF models (Qwen2 / Llama) with the shipped tokenizer, for tests and the demo task."""
+"""Tiny, randomly initialised HF models (Qwen2 / Llama, or a named family's shape) with the shipped tokenizer, for
+tests and the demo task."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def make_tiny_model_dir(
     dtype: torch.dtype = torch.float32,
     max_position_embeddings: int = 2048,
     vocab_size: int | None = None,
+    family: str | None = None,
 ) -> str:
     """Write a seeded random HF model plus the shipped tokenizer into ``path``; returns ``path``.
 
@@ -73,6 +75,8 @@ def make_tiny_model_dir(
     ``causal_lm`` (actor/ref/rollout), ``token_classification`` or ``sequence_classification``
     (critic / reward model, ``num_labels=1``). The vocabulary size is the tokenizer's length unless ``vocab_size``
     asks for a larger embedding (a real model's shape: unused rows, as in Qwen's padded vocabularies).
+    ``family`` (one of ``verl.utils.tiny_families.FAMILIES``: qwen2.5, qwen3, llama3.1, gemma2, deepseek-llm,
+    qwen3-moe) builds that family's config class and tokenizer quirks instead of ``model_type``.
     """
     import transformers
     from transformers import AutoTokenizer
@@ -87,23 +91,29 @@ def make_tiny_model_dir(
             "hidden_size must be divisible by num_heads and num_heads by num_kv_heads"
         )
     tokenizer = AutoTokenizer.from_pretrained(shipped_tokenizer_path())
-    special_ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
+    dims = {
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "intermediate_size": intermediate_size,
+        "max_position_embeddings": max_position_embeddings,
+        "tie_word_embeddings": tie_word_embeddings,
     }
-    config = _make_config(
-        model_type,
-        max(vocab_size or 0, len(tokenizer)),
-        special_ids,
-        hidden_size=hidden_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        intermediate_size=intermediate_size,
-        max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=tie_word_embeddings,
-    )
+    eos_ids = tokenizer.eos_token_id
+    if family is not None:
+        from verl.utils import tiny_families
+
+        tokenizer = tiny_families.family_tokenizer(family, tokenizer)
+        eos_ids = tiny_families.family_eos_ids(family, tokenizer)
+        config = tiny_families.family_config(family, tokenizer, max(vocab_size or 0, len(tokenizer)), dims)
+    else:
+        special_ids = {
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
+        config = _make_config(model_type, max(vocab_size or 0, len(tokenizer)), special_ids, **dims)
     auto_cls = getattr(transformers, _HEAD_TO_AUTO[head])
     # Seed a private generator state: initialisation must not depend on (or disturb) the caller's RNG.
     with torch.random.fork_rng(devices=[]):
@@ -114,12 +124,14 @@ def make_tiny_model_dir(
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     make_tokenizer_config_portable(os.path.join(path, "tokenizer_config.json"))
+    if family is not None:
+        tiny_families.finish_family_dir(family, path)
     if head == "causal_lm":
         from transformers import GenerationConfig
 
         GenerationConfig(
             bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
+            eos_token_id=eos_ids,
             pad_token_id=tokenizer.pad_token_id,
         ).save_pretrained(path)
     return path
