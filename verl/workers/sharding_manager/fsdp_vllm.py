@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn as nn
@@ -26,7 +26,7 @@ from verl.workers.sharding_manager.lora_merge import lora_scalings, merge_lora_s
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FSDPVLLMShardingManager", "normalize_weight_name"]
+__all__ = ["FSDPVLLMShardingManager", "checkpoint_layout", "normalize_weight_name"]
 
 # Wrapper prefixes that FSDP1, activation checkpointing and torch.compile insert into parameter names.
 _WRAPPER_PARTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
@@ -43,9 +43,12 @@ def _retie_lm_head(model: nn.Module) -> None:
     """Point a tied LM head at the freshly loaded input embedding and redo its kernel preparation.
 
     The CPU backend packs the LM head's weight into a kernel-specific copy and drops the shared parameter, so
-    reloading only the embedding would leave the logits computed with the old weights.
+    reloading only the embedding would leave the logits computed with the old weights. Models whose logits use the
+    embedding module itself (vLLM's Gemma 2 has no ``lm_head``) need nothing: the reload repacked it.
     """
     lm_head = getattr(model, "lm_head", None)
+    if lm_head is None and hasattr(model, "logits_processor"):
+        return
     embed = None
     for name, module in model.named_modules():
         if name.endswith("embed_tokens"):
@@ -102,6 +105,37 @@ def _fsdp1_unit_tensors(root: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
             for name, tensor in _unit_tensors(unit, f"{prefix}." if prefix else ""):
                 dtype = buffer_dtypes.get(normalize_weight_name(name), tensor.dtype)
                 yield name, tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
+def checkpoint_layout(module: nn.Module) -> Callable[[str, torch.Tensor], Iterable[tuple[str, torch.Tensor]]] | None:
+    """``(name, tensor) -> [(checkpoint_name, tensor), ...]`` for a model whose in-memory weights differ from its
+    checkpoint's, None when they do not.
+
+    transformers >= 5 fuses some weights when it loads them (a MoE layer's experts become two 3D tensors, e.g.
+    ``mlp.experts.gate_up_proj``); vLLM's loaders read the checkpoint's per-expert names and silently skip the
+    fused ones, so the engine would keep its old experts. ``save_pretrained`` undoes the fusion the same way.
+    """
+    try:
+        from transformers import PreTrainedModel
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, revert_weight_conversion
+    except ImportError:  # transformers 4 keeps the checkpoint's layout in memory
+        return None
+    hf_model = getattr(module, "_fsdp_wrapped_module", module)
+    if hasattr(hf_model, "get_base_model"):  # PEFT: the stream carries the base model's names
+        hf_model = hf_model.get_base_model()
+    if not isinstance(hf_model, PreTrainedModel):
+        return None
+    conversions = getattr(hf_model, "_weight_conversions", None)
+    if conversions is None:
+        conversions = get_model_conversion_mapping(hf_model, add_legacy=False)
+    if not any(isinstance(c, WeightConverter) for c in conversions or ()):
+        return None
+
+    def to_checkpoint(name: str, tensor: torch.Tensor) -> Iterable[tuple[str, torch.Tensor]]:
+        return revert_weight_conversion(hf_model, {name: tensor}).items()
+
+    return to_checkpoint
 
 
 class FSDPVLLMShardingManager(BaseShardingManager):
@@ -166,7 +200,13 @@ class FSDPVLLMShardingManager(BaseShardingManager):
         scalings = lora_scalings(self.module, normalize_weight_name)
         stream = self._gathered_weights()
         # a PEFT actor: the engine gets base weights with the adapters folded in (see lora_merge)
-        yield from merge_lora_stream(stream, scalings) if scalings else stream
+        stream = merge_lora_stream(stream, scalings) if scalings else stream
+        to_checkpoint = checkpoint_layout(self.module)
+        if to_checkpoint is None:
+            yield from stream
+        else:
+            for name, tensor in stream:
+                yield from to_checkpoint(name, tensor)
 
     def _gathered_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         fsdp1 = fsdp_version(self.module) == 1
