@@ -24,6 +24,7 @@ from verl.utils.batch_sizes import (
     normalize_critic_batch_sizes,
     normalize_reward_model_micro_batch_size,
 )
+from verl.utils.fs import is_model_id, resolve_modelscope_model, use_modelscope
 from verl.utils.tracking import UnknownBackendError, normalize_backends
 
 logger = logging.getLogger(__name__)
@@ -454,6 +455,11 @@ def _load_hf_config(key: str, path: str, trust_remote_code: bool):
     path = str(path)
     if _is_remote(path):
         return None
+    if use_modelscope() and is_model_id(path):
+        try:
+            path = resolve_modelscope_model(path)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{key}={path!r}: {exc}") from exc
     local = os.path.expanduser(path)
     looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1 or os.path.exists(local)
     if looks_local and not os.path.isdir(local):

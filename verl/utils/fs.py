@@ -1,4 +1,5 @@
-"""Resolve model and data paths to local files: local paths pass through, hdfs:// paths are copied to a cache."""
+"""Resolve model and data paths to local files: local paths pass through, hdfs:// paths are copied to a cache, and
+with ``VERL_USE_MODELSCOPE=true`` a model id (``owner/name``) resolves to its copy in ModelScope's local cache."""
 
 import hashlib
 import logging
@@ -18,6 +19,50 @@ _HDFS_PREFIX = "hdfs://"
 def is_non_local(path: str) -> bool:
     """True for paths that must be copied before use (hdfs://)."""
     return path.startswith(_HDFS_PREFIX)
+
+
+def use_modelscope() -> bool:
+    """True when ``VERL_USE_MODELSCOPE`` is ``true`` (any case): model ids resolve through ModelScope."""
+    return os.environ.get("VERL_USE_MODELSCOPE", "false").lower() == "true"
+
+
+def _modelscope_cache_roots() -> list[str]:
+    """Where ModelScope keeps downloaded models: ``$MODELSCOPE_CACHE`` (and its ``hub/``) or ~/.cache/modelscope/hub."""
+    root = os.environ.get("MODELSCOPE_CACHE")
+    if root:
+        return [root, os.path.join(root, "hub")]
+    return [os.path.join(os.path.expanduser("~"), ".cache", "modelscope", "hub")]
+
+
+def resolve_modelscope_model(model_id: str) -> str:
+    """The local folder of ModelScope model ``model_id`` (``owner/name``), read from ModelScope's cache.
+
+    Releases of modelscope lay their cache out as ``<root>/models/<owner>/<name>`` or ``<root>/<owner>/<name>``, older
+    ones spelling each ``.`` of the name as ``___``. Without a cached copy the ``modelscope`` package, if installed,
+    downloads it (``snapshot_download``); modelscope is imported only then.
+    """
+    owner, _, name = model_id.partition("/")
+    names = [name, name.replace(".", "___")]
+    candidates = [
+        os.path.join(r, sub, owner, n) for r in _modelscope_cache_roots() for sub in ("models", "") for n in names
+    ]
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(candidate, "config.json")):
+            return candidate
+    try:
+        from modelscope import snapshot_download
+    except ImportError as exc:
+        raise FileNotFoundError(
+            f"VERL_USE_MODELSCOPE=true: model {model_id!r} is not in ModelScope's cache (looked in {candidates}) and "
+            "the modelscope package is not installed to download it: pip install modelscope, or set MODELSCOPE_CACHE "
+            "to the cache that holds it"
+        ) from exc
+    return snapshot_download(model_id)
+
+
+def is_model_id(path: str) -> bool:
+    """``owner/name`` that is not an existing path: a hub model id."""
+    return not path.startswith(("/", ".", "~")) and path.count("/") == 1 and not os.path.exists(path)
 
 
 def md5_encode(path: str) -> str:
@@ -95,6 +140,8 @@ def copy_to_local(
     """Return a local path for ``src``: local paths unchanged (or copied to shm), remote ones copied to a cache."""
     if src is None:
         return src
+    if use_modelscope() and is_model_id(src):
+        src = resolve_modelscope_model(src)
     if not is_non_local(src):
         if use_shm:
             return copy_to_shm(src)
