@@ -117,6 +117,20 @@ def test_log_probs_equal_hand_computation_per_row():
         torch.testing.assert_close(entropys[i, :n_resp], expected_ent, rtol=1e-5, atol=1e-5)
 
 
+def test_use_torch_compile_compiles_the_entropy_and_changes_no_value():
+    model = tiny_lm()
+    eager = DataParallelPPOActor(actor_config(), model)
+    compiled = DataParallelPPOActor(actor_config(use_torch_compile=True, entropy_coeff=0.01), model)
+    assert hasattr(compiled._entropy_fn, "_torchdynamo_orig_callable")  # what use_torch_compile=True changes
+    assert not hasattr(eager._entropy_fn, "_torchdynamo_orig_callable")
+    data = log_prob_meta(rollout_batch())
+    for with_grad in (False, True):  # the metric pass, and the update's pass that backpropagates through it
+        with torch.set_grad_enabled(with_grad):
+            _, want = eager._forward_micro_batch(data.batch, TEMPERATURE, calculate_entropy=True)
+            _, got = compiled._forward_micro_batch(data.batch, TEMPERATURE, calculate_entropy=True)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_remove_padding_equals_padded():
     model = tiny_lm()
     padded = DataParallelPPOActor(actor_config(), model)

@@ -73,7 +73,11 @@ class DataParallelPPOActor(BasePPOActor):
             # The fused head only saves memory; the unfused path computes the same numbers.
             logger.warning("use_fused_kernels=True is not implemented; computing log-probs from full logits")
         if config.entropy_from_logits_with_chunking:
+            # as in verl, chunking (for memory) takes precedence over compiling (for speed)
             self._entropy_fn = verl_F.entropy_from_logits_with_chunking
+        elif config.use_torch_compile:
+            # one fused reduction kernel, forward and backward; dynamic shapes: micro-batches vary in length
+            self._entropy_fn = torch.compile(verl_F.entropy_from_logits_fused, dynamic=True)
         else:
             self._entropy_fn = verl_F.entropy_from_logits
         self.device = compute_device()
