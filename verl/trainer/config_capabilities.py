@@ -5,6 +5,9 @@ Each entry names the key, the value and what to use instead. When a feature land
 
 from __future__ import annotations
 
+import os
+import shutil
+
 from verl.utils.batch_sizes import ConfigError
 
 __all__ = ["check_runtime_support"]
@@ -45,3 +48,20 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "actor_rollout_ref.model.use_fused_kernels=True is not implemented (log-probs come from chunked full "
             "logits, which give the same values); set it False"
         )
+    actor = arr.actor
+    if actor.use_torch_compile and not actor.entropy_from_logits_with_chunking and not _cxx_compiler():
+        raise ConfigError(
+            "actor_rollout_ref.actor.use_torch_compile=True compiles the entropy with torch.compile, which needs a "
+            "C++ compiler (g++, c++ or clang++ on PATH, or $CXX) and none was found; install one or set "
+            "actor_rollout_ref.actor.use_torch_compile=False"
+        )
+
+
+def _cxx_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend would use, or None."""
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else []
+    for name in candidates + ["g++", "c++", "clang++"]:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None

@@ -485,3 +485,19 @@ def test_lora_is_accepted_with_both_rollouts(base_cfg, tmp_path):
         )
         lora_vllm = {"actor_rollout_ref__model__lora_rank": 8, "actor_rollout_ref__rollout__name": "vllm"}
         check_ppo_config(_with(base_cfg, actor_rollout_ref__model__path=str(tmp_path), **lora_vllm))
+
+
+def test_torch_compile_without_a_cxx_compiler_is_refused(base_cfg, monkeypatch):
+    import verl.trainer.config_capabilities as capabilities
+
+    monkeypatch.setattr(capabilities, "_cxx_compiler", lambda: None)
+    with pytest.raises(ConfigError, match="use_torch_compile=True compiles the entropy.*use_torch_compile=False"):
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__use_torch_compile=True))
+    check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__use_torch_compile=False))
+    check_ppo_config(  # the chunked entropy is not compiled
+        _with(
+            base_cfg,
+            actor_rollout_ref__actor__use_torch_compile=True,
+            actor_rollout_ref__actor__entropy_from_logits_with_chunking=True,
+        )
+    )
