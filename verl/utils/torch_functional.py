@@ -237,14 +237,6 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return _EntropyFunction.apply(logits, None)
 
 
-def entropy_from_logits_fused(logits: torch.Tensor) -> torch.Tensor:
-    """:func:`entropy_from_logits` as one formula, for ``torch.compile`` (``actor.use_torch_compile``): compiled,
-    it becomes one fused reduction over the vocabulary, forward and backward, with no full-size intermediate.
-    Eager it would allocate two full-size float32 copies; use :func:`entropy_from_logits` there."""
-    x = logits.float()
-    return (torch.logsumexp(x, dim=-1) - (torch.softmax(x, dim=-1) * x).sum(-1)).to(logits.dtype)
-
-
 def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048) -> torch.Tensor:
     """Same as :func:`entropy_from_logits` with ``chunk_size`` rows per chunk. logits ``(N, vocab)`` -> ``(N,)``."""
     return _EntropyFunction.apply(logits, chunk_size)

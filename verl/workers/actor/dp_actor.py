@@ -43,6 +43,13 @@ def _pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:
     return values if missing == 0 else torch.nn.functional.pad(values, (0, missing))
 
 
+def _entropy_formula(logits: torch.Tensor) -> torch.Tensor:
+    """``verl_F.entropy_from_logits`` as one formula, for ``torch.compile`` (``use_torch_compile``): compiled, one fused
+    reduction over the vocabulary, forward and backward; eager, it would allocate two full-size float32 copies."""
+    x = logits.float()
+    return (torch.logsumexp(x, dim=-1) - (torch.softmax(x, dim=-1) * x).sum(-1)).to(logits.dtype)
+
+
 class DataParallelPPOActor(BasePPOActor):
     """PPO actor over one data-parallel shard; the reference policy when ``actor_optimizer`` is None.
 
@@ -77,7 +84,7 @@ class DataParallelPPOActor(BasePPOActor):
             self._entropy_fn = verl_F.entropy_from_logits_with_chunking
         elif config.use_torch_compile:
             # one fused reduction kernel, forward and backward; dynamic shapes: micro-batches vary in length
-            self._entropy_fn = torch.compile(verl_F.entropy_from_logits_fused, dynamic=True)
+            self._entropy_fn = torch.compile(_entropy_formula, dynamic=True)
         else:
             self._entropy_fn = verl_F.entropy_from_logits
         self.device = compute_device()
