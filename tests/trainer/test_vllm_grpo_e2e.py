@@ -46,11 +46,11 @@ class HandOffProbe(RayPPOTrainer):
         return batch
 
 
-def make_workspace(root) -> dict:
+def make_workspace(root, family: str | None = None) -> dict:
+    """``family``: a tiny stand-in of that model family (``make_tiny_model_dir(family=...)``) instead of Qwen2."""
     # vLLM's CPU attention needs a head size of at least 32
-    model = make_tiny_model_dir(
-        os.path.join(root, "model"), hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256
-    )
+    dims = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256}
+    model = make_tiny_model_dir(os.path.join(root, "model"), family=family, **dims)
     return {
         "model": model,
         "critic": model,
@@ -79,12 +79,13 @@ LORA_OVERRIDES = [
 ]
 
 
-def probe_hand_off(root: str, lora: bool = False) -> dict:
-    """Three GRPO steps in this process (in-process worker group); the per-step rollout/actor log-prob gap.
-    ``lora``: the actor trains LoRA adapters, which the hand-off folds into the engine's base weights."""
-    ws = make_workspace(root)
+def probe_hand_off(root: str, lora: bool = False, family: str | None = None, steps: int = 3) -> dict:
+    """``steps`` GRPO steps in this process (in-process worker group); the per-step rollout/actor log-prob gap.
+    ``lora``: the actor trains LoRA adapters, which the hand-off folds into the engine's base weights; ``family``:
+    the model family's tiny stand-in (tests/models)."""
+    ws = make_workspace(root, family)
     overrides = (
-        base_overrides(ws, "grpo", steps=3)
+        base_overrides(ws, "grpo", steps=steps)
         + VLLM_OVERRIDES
         + [
             "actor_rollout_ref.actor.optim.lr=1e-2",  # big steps: a stale engine would show at once
