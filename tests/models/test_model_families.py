@@ -95,7 +95,14 @@ def test_grpo_step_and_merged_checkpoint(family, data, tmp_path, own_process_gro
     assert (tokenizer.bos_token, tokenizer.eos_token) == (original.bos_token, original.eos_token)
     assert tokenizer.pad_token == (original.pad_token or original.eos_token)
     assert GenerationConfig.from_pretrained(target).eos_token_id == GenerationConfig.from_pretrained(model).eos_token_id
-    assert os.path.isfile(target / "config.json")
+    # on disk the merged folder keeps the checkpoint layout (per-expert MoE weights), which vLLM and SGLang load
+    from safetensors import safe_open
+
+    def disk_names(folder) -> set[str]:
+        with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
+            return set(f.keys())
+
+    assert disk_names(target) == disk_names(model)
 
 
 def _perturb(model, scale: float = 0.05) -> None:
