@@ -8,17 +8,22 @@ Sections also behave like the read-only mapping that verl's code and users' reci
 recipe's YAML or a `+section.key=value` override adds, are kept as *extra* keys: readable as attributes and through
 the mapping interface, so a recipe that reads its own keys keeps working. Typos cannot slip in that way: Hydra
 refuses an override of a key that is not in the YAML unless it is spelled with `+`.
+
+`record_reads()` (opt-in, for tests) records which declared keys the code reads, by their YAML path. It costs
+nothing while inactive: only then is the recording ``__getattribute__`` installed on the class.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from omegaconf import OmegaConf
 
-__all__ = ["BaseConfig"]
+__all__ = ["BaseConfig", "record_reads", "reads_paused"]
 
 
 @dataclasses.dataclass
@@ -82,6 +87,10 @@ class BaseConfig(Mapping):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict of every key (declared and extra), e.g. for a tracker's config table."""
+        with reads_paused():  # copying every key for a log is not honouring it
+            return self._to_dict()
+
+    def _to_dict(self) -> dict[str, Any]:
 
         def plain(value):
             if isinstance(value, BaseConfig):
@@ -95,3 +104,54 @@ class BaseConfig(Mapping):
             return value
 
         return {key: plain(self[key]) for key in self}
+
+
+# ---------------------------------------------------------------------------------------------------- read tracking
+_reads: set[tuple[str, str]] | None = None
+_paused = 0
+
+
+def _recording_getattribute(self: BaseConfig, name: str) -> Any:
+    value = object.__getattribute__(self, name)
+    if (
+        _reads is not None
+        and not _paused
+        and name[0] != "_"
+        and name in type(self).__dataclass_fields__
+        # dataclass-generated __eq__/__repr__ read every field; that is not the code using them
+        and sys._getframe(1).f_code.co_filename != "<string>"
+    ):
+        path = object.__getattribute__(self, "__dict__").get("_key_path")
+        _reads.add((f"<{type(self).__name__}>" if path is None else path, name))
+    return value
+
+
+@contextlib.contextmanager
+def record_reads() -> Iterator[set[tuple[str, str]]]:
+    """While active, collect ``(section path, field)`` for every declared field read on any `BaseConfig`.
+
+    The section path is the dotted YAML path (``"actor_rollout_ref.actor"``, ``""`` for the root) of a section built
+    by `omega_conf_to_dataclass`, or ``"<TypeName>"`` for one built otherwise. Not reentrant.
+    """
+    global _reads
+    if _reads is not None:
+        raise RuntimeError("record_reads() is already active")
+    reads: set[tuple[str, str]] = set()
+    _reads = reads
+    BaseConfig.__getattribute__ = _recording_getattribute
+    try:
+        yield reads
+    finally:
+        del BaseConfig.__getattribute__
+        _reads = None
+
+
+@contextlib.contextmanager
+def reads_paused() -> Iterator[None]:
+    """Reads inside this block are not recorded (a config check, a log of the whole config)."""
+    global _paused
+    _paused += 1
+    try:
+        yield
+    finally:
+        _paused -= 1

@@ -48,6 +48,8 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "actor_rollout_ref.model.use_fused_kernels=True is not implemented (log-probs come from chunked full "
             "logits, which give the same values); set it False"
         )
+    _check_unimplemented_switches(config)
+    _check_fsdp1_only_keys(config, use_critic, use_ref)
     actor = arr.actor
     if actor.use_torch_compile and not actor.entropy_from_logits_with_chunking and not _cxx_compiler():
         raise ConfigError(
@@ -55,6 +57,61 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "C++ compiler (g++, c++ or clang++ on PATH, or $CXX) and none was found; install one or set "
             "actor_rollout_ref.actor.use_torch_compile=False"
         )
+
+
+def _check_unimplemented_switches(config) -> None:
+    """Keys verl accepts that nothing here reads: a non-default value is refused rather than silently ignored."""
+    arr = config.actor_rollout_ref
+    if config.data.tokenizer is not None:
+        raise ConfigError(
+            f"data.tokenizer={config.data.tokenizer!r} is not read: the tokenizer is loaded from "
+            "actor_rollout_ref.model.path (or model.tokenizer_path); leave data.tokenizer=null"
+        )
+    if config.data.return_raw_input_ids:
+        raise ConfigError(
+            "data.return_raw_input_ids=True is not implemented (the reward model re-tokenizes the decoded text with "
+            "reward_model.model.input_tokenizer); set it False"
+        )
+    if arr.rollout.use_fire_sampling:
+        raise ConfigError(
+            "actor_rollout_ref.rollout.use_fire_sampling=True (FIRE sampling) is not implemented by the HF or vLLM "
+            "rollout; set it False"
+        )
+    if arr.rollout.multi_stage_wake_up:
+        raise ConfigError(
+            "actor_rollout_ref.rollout.multi_stage_wake_up=True (SGLang's staged weight/KV-cache wake-up) is not "
+            "implemented; set it False"
+        )
+    for key, section in (("actor_rollout_ref.actor", arr.actor), ("critic", config.critic)):
+        if section.shuffle:
+            raise ConfigError(
+                f"{key}.shuffle=True is not implemented: mini-batches are taken in the batch's order (as in verl, "
+                "where the key is unused too); set it False (data.shuffle shuffles the prompts)"
+            )
+
+
+def _check_fsdp1_only_keys(config, use_critic: bool, use_ref: bool) -> None:
+    """``wrap_policy.min_num_params`` and ``forward_prefetch`` configure FSDP1; FSDP2 (``fsdp2``, or ``fsdp`` on CPU)
+    shards each transformer layer and prefetches on its own, so there a non-default value would do nothing."""
+    arr = config.actor_rollout_ref
+    sections = [("actor_rollout_ref.actor", arr.actor)]
+    sections += [("actor_rollout_ref.ref", arr.ref)] if use_ref else []
+    sections += [("critic.model", config.critic.model)] if use_critic else []
+    for key, section in sections:
+        strategy = getattr(section, "strategy", None) or (config.critic.strategy if key == "critic.model" else None)
+        if not (strategy == "fsdp2" or (strategy == "fsdp" and config.trainer.device == "cpu")):
+            continue
+        fsdp = section.fsdp_config
+        for name, value in (
+            ("wrap_policy.min_num_params", fsdp.wrap_policy.min_num_params),
+            ("forward_prefetch", fsdp.forward_prefetch),
+        ):
+            if value:
+                raise ConfigError(
+                    f"{key}.fsdp_config.{name}={value} applies to FSDP1 only, and strategy={strategy!r} on "
+                    f"{config.trainer.device} runs FSDP2 (one shard unit per transformer layer, its own "
+                    "prefetching); leave it at its default"
+                )
 
 
 def _cxx_compiler() -> str | None:

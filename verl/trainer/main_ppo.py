@@ -128,23 +128,23 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
     tokenizer = hf_tokenizer(local_path, trust_remote_code=trust)
     processor = hf_processor(local_path, trust_remote_code=trust, use_fast=True)
 
-    actor_cls, critic_cls, default_wg_cls = worker_classes(config)
+    actor_cls, critic_cls, default_wg_cls = worker_classes(typed)
     actor_cls = actor_rollout_cls or actor_cls
     role_worker_mapping = {Role.ActorRollout: ray_actor_class(actor_cls), Role.Critic: ray_actor_class(critic_cls)}
     pool = "global_pool"
     mapping = {Role.ActorRollout: pool, Role.Critic: pool}
-    if config.reward_model.enable:
+    if typed.reward_model.enable:
         from verl.workers.fsdp_workers import RewardModelWorker
 
         role_worker_mapping[Role.RewardModel] = ray_actor_class(reward_model_cls or RewardModelWorker)
         mapping[Role.RewardModel] = pool
-    if config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
+    if typed.algorithm.use_kl_in_reward or typed.actor_rollout_ref.actor.use_kl_loss:
         role_worker_mapping[Role.RefPolicy] = ray_actor_class(actor_cls)
         mapping[Role.RefPolicy] = pool
     resource_pool_manager = ResourcePoolManager(
-        resource_pool_spec={pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes},
+        resource_pool_spec={pool: [typed.trainer.n_gpus_per_node] * typed.trainer.nnodes},
         mapping=mapping,
-        use_gpu=config.trainer.device != "cpu",
+        use_gpu=typed.trainer.device != "cpu",
     )
     reward_kwargs = typed.reward_model.reward_kwargs
     reward_fn = load_reward_manager(typed, tokenizer, num_examine=0, **reward_kwargs)
@@ -164,7 +164,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
         val_dataset=val_dataset,
         collate_fn=collate_fn,
         train_sampler=create_rl_sampler(typed.data, train_dataset),
-        device_name=config.trainer.device,
+        device_name=typed.trainer.device,
     )
 
 

