@@ -91,7 +91,7 @@ VLLM_ONLY: frozenset[str] = frozenset(
     f"{R}.{key}"
     for key in (
         "calculate_log_probs", "disable_log_stats", "dtype", "enable_chunked_prefill",
-        "enforce_eager", "engine_kwargs.vllm", "free_cache_engine", "gpu_memory_utilization", "ignore_eos",
+        "enforce_eager", "engine_kwargs.vllm", "free_cache_engine", "gpu_memory_utilization",
         "layered_summon", "load_format", "max_model_len", "max_num_batched_tokens",
         "max_num_seqs", "prompt_length", "tensor_model_parallel_size",
     )
@@ -138,7 +138,7 @@ RUNS = {
             "trainer.log_val_generations=1",
         ],
     ),
-    "vllm_grpo": ("grpo", [f"{R}.name=vllm", f"{R}.val_kwargs.do_sample=True"]),
+    "vllm_grpo": ("grpo", [f"{R}.name=vllm", f"{R}.calculate_log_probs=True", f"{R}.val_kwargs.do_sample=True"]),
 }
 
 

@@ -114,6 +114,15 @@ def test_eos_stops_a_row_and_masks_what_follows(model):
     assert torch.equal(out.batch["attention_mask"], naive.batch["attention_mask"])
 
 
+def test_ignore_eos_generates_every_row_to_the_response_length(model):
+    greedy = HFRollout(model, rollout_config()).generate_sequences(prompts(do_sample=False))
+    eos = int(greedy.batch["responses"][0, 0])  # row 0 would stop at its first token
+    stopped = HFRollout(model, rollout_config()).generate_sequences(prompts(eos=eos, do_sample=False))
+    assert stopped.batch["attention_mask"][0, P:].sum() == 1
+    out = HFRollout(model, rollout_config(ignore_eos=True)).generate_sequences(prompts(eos=eos, do_sample=False))
+    assert out.batch["attention_mask"][:, P:].all() and not (out.batch["responses"] == eos).any()
+
+
 def test_validate_uses_val_kwargs_and_one_sample(model):
     cfg = rollout_config(n=3, val_kwargs={"top_k": 5, "top_p": 0.9, "temperature": 0.5, "n": 1, "do_sample": True})
     out = HFRollout(model, cfg).generate_sequences(prompts(validate=True, do_sample=True))

@@ -152,6 +152,8 @@ class HFRollout(BaseRollout):
         request = SamplingRequest.resolve(meta, self.config)
         response_length = request.response_length
         gen_kwargs = self._generation_kwargs(request)
+        if self.config.ignore_eos:  # EOS is masked out until the last position: every row runs to response_length
+            gen_kwargs["min_new_tokens"] = response_length
         num_return = gen_kwargs["num_return_sequences"]
 
         idx = prompts.batch["input_ids"]
