@@ -30,6 +30,13 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "sequence parallelism is not implemented in the reward-model worker (actor, ref and critic have it); "
             "use 1"
         )
+    if use_rm:
+        for name in ("use_remove_padding", "use_fused_kernels"):
+            if getattr(config.reward_model.model, name):
+                raise ConfigError(
+                    f"reward_model.model.{name}=True is not implemented in the reward-model worker (its padded "
+                    "forward gives the same scores); set it False"
+                )
     models = [("actor_rollout_ref.model", arr.model)] + ([("critic.model", config.critic.model)] if use_critic else [])
     for key, model in models:
         if model.enable_activation_offload:
@@ -49,7 +56,7 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "logits, which give the same values); set it False"
         )
     _check_unimplemented_switches(config)
-    _check_fsdp1_only_keys(config, use_critic, use_ref)
+    _check_fsdp1_only_keys(config, use_critic, use_ref, use_rm)
     actor = arr.actor
     if actor.use_torch_compile and not actor.entropy_from_logits_with_chunking and not _cxx_compiler():
         raise ConfigError(
@@ -95,18 +102,17 @@ def _check_unimplemented_switches(config) -> None:
             )
 
 
-def _check_fsdp1_only_keys(config, use_critic: bool, use_ref: bool) -> None:
+def _check_fsdp1_only_keys(config, use_critic: bool, use_ref: bool, use_rm: bool) -> None:
     """``wrap_policy.min_num_params`` and ``forward_prefetch`` configure FSDP1; FSDP2 (``fsdp2``, or ``fsdp`` on CPU)
     shards each transformer layer and prefetches on its own, so there a non-default value would do nothing."""
-    arr = config.actor_rollout_ref
-    sections = [("actor_rollout_ref.actor", arr.actor)]
-    sections += [("actor_rollout_ref.ref", arr.ref)] if use_ref else []
-    sections += [("critic.model", config.critic.model)] if use_critic else []
-    for key, section in sections:
-        strategy = getattr(section, "strategy", None) or (config.critic.strategy if key == "critic.model" else None)
+    arr, critic, rm = config.actor_rollout_ref, config.critic, config.reward_model
+    sections = [("actor_rollout_ref.actor", arr.actor.strategy, arr.actor.fsdp_config)]
+    sections += [("actor_rollout_ref.ref", arr.ref.strategy, arr.ref.fsdp_config)] if use_ref else []
+    sections += [("critic.model", critic.strategy, critic.model.fsdp_config)] if use_critic else []
+    sections += [("reward_model.model", rm.strategy, rm.model.fsdp_config)] if use_rm else []
+    for key, strategy, fsdp in sections:
         if not (strategy == "fsdp2" or (strategy == "fsdp" and config.trainer.device == "cpu")):
             continue
-        fsdp = section.fsdp_config
         for name, value in (
             ("wrap_policy.min_num_params", fsdp.wrap_policy.min_num_params),
             ("forward_prefetch", fsdp.forward_prefetch),

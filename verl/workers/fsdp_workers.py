@@ -558,7 +558,8 @@ class RewardModelWorker(Worker, DistProfilerExtension):
             inputs = switch_chat_template(data, self.input_tokenizer, self.tokenizer, self.config)
         else:
             inputs = data.batch
-        scores = score_sequences(self.reward_module, inputs, self.micro_batch_size or len(data))
+        max_tokens = self.config.forward_max_token_len_per_gpu if self.config.use_dynamic_bsz else None
+        scores = score_sequences(self.reward_module, inputs, self.micro_batch_size or len(data), max_tokens)
         response_length = data.batch["responses"].shape[-1]
         attention_mask = data.batch["attention_mask"]
         position_ids = data.batch["position_ids"]

@@ -56,8 +56,20 @@ def switch_chat_template(data: DataProto, src_tokenizer, rm_tokenizer, config: R
 
 
 @torch.no_grad()
-def score_sequences(module, inputs: TensorDict, micro_batch_size: int) -> torch.Tensor:
-    """One score per row: the model's logit at the row's last valid token. Returns ``(bs,)`` float32."""
+def score_sequences(
+    module, inputs: TensorDict, micro_batch_size: int, max_token_len: int | None = None
+) -> torch.Tensor:
+    """One score per row: the model's logit at the row's last valid token. Returns ``(bs,)`` float32.
+
+    ``max_token_len`` (``reward_model.use_dynamic_bsz``): micro batches of at most that many real tokens instead of
+    ``micro_batch_size`` rows; the scores come back in the rows' order.
+    """
+    if max_token_len is not None:
+        from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
+
+        micro_batches, partitions = rearrange_micro_batches(inputs, max_token_len)
+        scores = torch.cat([score_sequences(module, mb, len(mb)) for mb in micro_batches])
+        return scores[torch.tensor(get_reverse_idx([i for p in partitions for i in p]))]
     module.eval()
     device = next(module.parameters()).device
     scores = []

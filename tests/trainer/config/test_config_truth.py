@@ -1,8 +1,9 @@
 """The config check tells the truth: every key of ppo_trainer.yaml is read by a real run or accounted for.
 
 Short trainings run in this process (the in-process worker group, no Ray) under ``record_reads()``, which records
-every typed config key the runtime reads: GAE with a critic, a reference, KL in the reward, validation and a
-checkpoint save on the HF rollout; GRPO on the vLLM rollout where vllm is installed. Config-check reads do not count.
+every typed config key the runtime reads: GAE with a critic, a reference, a reward model, KL in the reward,
+validation and a checkpoint save on the HF rollout; multi-turn GRPO with verl's GSM8K tool and interaction on the HF
+rollout; GRPO on the vLLM rollout where vllm is installed. Config-check reads do not count.
 
 * ``test_every_yaml_key_is_read_or_accounted_for``: each leaf key of ppo_trainer.yaml is read there, or listed in
   ``NOT_READ_HERE`` with where it is honoured (a named test) or refused (the config check, before Ray).
@@ -15,12 +16,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import os
 from unittest import mock
 
 import pytest
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
+import verl
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_gsm8k_like_parquet, write_reward_fn
 from verl.base_config import BaseConfig, reads_paused, record_reads
 from verl.trainer import config_validation
@@ -29,13 +32,18 @@ from verl.trainer.config_validation import ConfigError, check_ppo_config
 from verl.utils.tiny_model import make_tiny_model_dir
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
+MULTI_TURN_CONFIGS = os.path.join(os.path.dirname(verl.__file__), os.pardir, "examples", "multiturn", "config")
+TOOL_CONFIG = os.path.join(MULTI_TURN_CONFIGS, "tool_config", "gsm8k_tool_config.yaml")
+INTERACTION_CONFIG = os.path.join(MULTI_TURN_CONFIGS, "interaction_config", "gsm8k_interaction_config.yaml")
 
 A, R, C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "critic"
 MT = f"{R}.multi_turn"
 _REFUSED = "refused when set (config_capabilities; test_switch_is_honoured_or_refused)"
 _FSDP1 = "FSDP1 only (strategy=fsdp on an accelerator); refused under FSDP2 (test_switch_is_honoured_or_refused)"
-_MULTI_TURN = "multi-turn rollout (tests/trainer/test_multi_turn_e2e.py, tests/workers/rollout/test_multi_turn.py)"
-_RM = "reward_model.enable=True (test_trainer_inprocess::test_reward_model_worker_scores_with_a_sequence_classifier)"
+_MT_LOOP = "the tool agent loop after a turn that ends on a stop token (tests/workers/rollout/test_multi_turn.py)"
+_MT_REFUSED = "refused with multi_turn.enable=True (config_multi_turn); inert while multi-turn is off"
+_RM_REFUSED = "refused with reward_model.enable=True (config_capabilities); inert otherwise"
+_RM_TEMPLATE = "test_trainer_inprocess::test_reward_model_with_its_own_chat_template"
 _LORA = "lora_rank > 0 (test_vllm_grpo_e2e::test_hand_off_keeps_rollout_and_actor_log_probs_equal[lora])"
 _COV = "its loss_mode (tests/trainer/ppo/test_core_algos_losses.py::test_{clip,kl}_cov_*)"
 _SAPO = "loss_mode=sapo (test_trainer_inprocess::test_newer_policy_losses_one_step)"
@@ -76,9 +84,23 @@ NOT_READ_HERE: dict[str, str] = {
     f"{R}.use_fire_sampling": _REFUSED,
     f"{R}.multi_stage_wake_up": _REFUSED,
     f"{R}.engine_kwargs.sglang": "rollout.name=sglang, refused where sglang is not installed (_check_rollout)",
-    f"{MT}.*": _MULTI_TURN,
-    f"{R}.agent.*": "rollout.mode=async (test_multi_turn_e2e::test_async_mode_agent_loops_vllm)",
-    "reward_model.*": _RM,
+    # the hf_multi_turn run's random model ends its turns at the length limit, before these are consulted
+    f"{MT}.max_assistant_turns": _MT_LOOP,
+    f"{MT}.max_user_turns": _MT_LOOP,
+    f"{MT}.max_parallel_calls": _MT_LOOP,
+    f"{MT}.max_tool_response_length": _MT_LOOP,
+    f"{MT}.tool_call_timeout": _MT_LOOP,
+    f"{MT}.tool_response_truncate_side": "tool_agent_loop._call_tools, after a parsed tool call (as above)",
+    f"{MT}.use_inference_chat_template": _MT_REFUSED,
+    f"{MT}.completion_callback": _MT_REFUSED,
+    "reward_model.max_length": "re-templating for the RM's own tokenizer (" + _RM_TEMPLATE + ")",
+    "reward_model.model.use_remove_padding": _RM_REFUSED,
+    "reward_model.model.use_fused_kernels": _RM_REFUSED,
+    "reward_model.model.fsdp_config.param_offload": "FINDING: False is not honoured, the RM is always offloaded",
+    "reward_model.model.fsdp_config.wrap_policy.min_num_params": _FSDP1,
+    "reward_model.model.fsdp_config.forward_prefetch": _FSDP1,
+    "reward_model.ulysses_sequence_parallel_size": "> 1 " + _RM_REFUSED,
+    "reward_model.sandbox_fusion.*": "without custom_reward_function (ppo/reward.py; needs a sandbox service, no test)",
     "trainer.controller_nsight_options": _NSIGHT,
     "trainer.worker_nsight_options": _NSIGHT,
     "trainer.resume_from_path": "resume_mode=resume_path (tests/trainer/test_resume_e2e.py)",
@@ -104,7 +126,7 @@ def _model(path, **kw):
     return make_tiny_model_dir(str(path), **dims, **kw)
 
 
-def _run_overrides(root, estimator: str, extra: list[str]) -> list[str]:
+def _run_overrides(root, estimator: str, extra: list[str], tool_data: bool = False) -> list[str]:
     ws = {
         "model": _model(root / "model"),
         "critic": _model(root / "critic", head="token_classification"),
@@ -112,6 +134,13 @@ def _run_overrides(root, estimator: str, extra: list[str]) -> list[str]:
         "val": make_gsm8k_like_parquet(str(root / "val.parquet"), 2, seed=1),
         "root": str(root),
     }
+    extra = [
+        arg.format(rm=_model(root / "rm", head="sequence_classification")) if "{rm}" in arg else arg for arg in extra
+    ]
+    if tool_data:  # verl's GSM8K tool rows, made by the shipped preprocessor
+        from tests.trainer.test_multi_turn_e2e import _gsm8k_tool_data
+
+        ws.update(_gsm8k_tool_data(str(root)))
     return base_overrides(ws, estimator, steps=1) + [
         "trainer.n_gpus_per_node=1",
         "trainer.resume_mode=disable",
@@ -136,6 +165,21 @@ RUNS = {
             f"{C}.optim.warmup_style=cosine",
             f"{R}.val_kwargs.do_sample=True",
             "trainer.log_val_generations=1",
+            "reward_model.enable=True",
+            "reward_model.model.path={rm}",
+            "reward_model.micro_batch_size_per_gpu=4",
+            "reward_model.use_dynamic_bsz=True",
+        ],
+    ),
+    "hf_multi_turn": (
+        "grpo",
+        [
+            "data.return_raw_chat=True",
+            "data.max_prompt_length=1280",  # the tool schema in the system prompt, byte-level tokens
+            f"{MT}.enable=True",
+            f"{MT}.tool_config_path={TOOL_CONFIG}",
+            f"{MT}.interaction_config_path={INTERACTION_CONFIG}",
+            f"{MT}.max_assistant_turns=2",
         ],
     ),
     "vllm_grpo": ("grpo", [f"{R}.name=vllm", f"{R}.calculate_log_probs=True", f"{R}.val_kwargs.do_sample=True"]),
@@ -158,7 +202,8 @@ def reads(tmp_path_factory) -> set[tuple[str, str]]:
     for name, (estimator, extra) in RUNS.items():
         if name.startswith("vllm") and not HAS_VLLM:
             continue
-        config = compose_config(_run_overrides(tmp_path_factory.mktemp(name), estimator, extra))
+        root = tmp_path_factory.mktemp(name)
+        config = compose_config(_run_overrides(root, estimator, extra, tool_data=name == "hf_multi_turn"))
         prepare_config(config)
         with mock.patch.object(config_validation, "check_ppo_config", unrecorded_check), record_reads() as run_reads:
             ray_init_kwargs(config)
@@ -210,6 +255,10 @@ def _is_read(key: str, reads: set[tuple[str, str]]) -> bool:
     return (path, name) in reads or (f"<{type_name}>", name) in reads
 
 
+def _under(prefix_entry: str) -> list[str]:
+    return [key for key in LEAVES if key.startswith(prefix_entry[:-1])]
+
+
 def _explained(key: str) -> str | None:
     if key in NOT_READ_HERE:
         return NOT_READ_HERE[key]
@@ -226,6 +275,7 @@ def test_every_yaml_key_is_read_or_accounted_for(reads):
     # the table stays true: an exact entry that the runs do read is stale, one not in the yaml is wrong
     unknown = sorted(k for k in [*NOT_READ_HERE, *VLLM_ONLY] if not k.endswith(".*") and k not in LEAVES)
     stale = sorted(k for k in NOT_READ_HERE if k in LEAVES and _is_read(k, reads))
+    stale += [p for p in NOT_READ_HERE if p.endswith(".*") and all(_is_read(k, reads) for k in _under(p))]
     assert not (unaccounted or stale or unknown), (
         f"neither read by the runs nor listed in NOT_READ_HERE: {unaccounted}; listed but read: {stale}; "
         f"listed but not in ppo_trainer.yaml: {unknown}"
