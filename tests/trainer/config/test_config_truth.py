@@ -24,12 +24,15 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 import verl
+import verl.workers.reward_manager  # noqa: F401  (registers the built-in managers)
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_gsm8k_like_parquet, write_reward_fn
 from verl.base_config import BaseConfig, reads_paused, record_reads
 from verl.trainer import config_validation
 from verl.trainer.config import PPOConfig
 from verl.trainer.config_validation import ConfigError, check_ppo_config
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl.utils.tiny_model import make_tiny_model_dir
+from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 MULTI_TURN_CONFIGS = os.path.join(os.path.dirname(verl.__file__), os.pardir, "examples", "multiturn", "config")
@@ -302,6 +305,10 @@ CHOICES: dict[str, tuple] = {
     "data.truncation": ("error", "left", "right", "middle"),
     f"{MT}.tokenization_sanity_check_mode": ("off", "strict", "ignore_strippable"),
     "trainer.device": config_validation.DEVICES,
+    "trainer.console_format": ("compact", "full"),
+    "trainer.resume_mode": ("auto", "disable", "resume_path"),
+    "reward_model.reward_manager": tuple(sorted(REWARD_MANAGER_REGISTRY)),
+    f"{A}.policy_loss.loss_mode": tuple(sorted(POLICY_LOSS_REGISTRY)),
 }
 
 
