@@ -95,6 +95,8 @@ class CountingAgentLoop(SingleTurnAgentLoop):
     async def run(self, **kwargs):
         output = await super().run(**kwargs)
         output.metrics["counting_rows"] = 1.0
+        # the row's other columns are lent to the loops (the GSM8K rows carry their ground truth there)
+        output.metrics["saw_ground_truth"] = float("ground_truth" in kwargs["reward_model"])
         return output
 '''
 
@@ -132,6 +134,7 @@ def test_async_mode_agent_loops_vllm(tmp_path):
     assert [s["step"] for s in steps] == [1, 2], result.stdout[-2000:]
     for step in steps:
         assert step["agent_loop/counting_rows"] == 1.0  # the user's loop played its rows in the workers
+        assert step["agent_loop/saw_ground_truth"] == 1.0
         assert step["multi_turn/assistant_turns_mean"] >= 1
         # continuous batching: engine steps, far more than the few batched calls of the sync rollout
         assert step["multi_turn/engine_calls"] >= 10

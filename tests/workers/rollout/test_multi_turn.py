@@ -455,3 +455,32 @@ def test_async_single_turn_agent_on_hf_equals_the_sync_rollout_greedy(tmp_path):
     assert torch.equal(out.batch["attention_mask"][:, width:].bool(), real)
     assert torch.equal(out.batch["responses"][real], sync.batch["responses"][real])
     assert torch.equal(out.batch["loss_mask"][:, width:].bool(), real)  # every response token was generated
+
+
+def test_agent_loops_read_the_lent_row_columns_which_the_output_leaves_out(tokenizer, tmp_path):
+    from tests.workers.rollout.agent_loops_for_tests import EchoAgentLoop
+    from verl.trainer.ppo.validation import pop_generation_inputs
+
+    loops = tmp_path / "loops.yaml"
+    loops.write_text("- name: echo_agent\n  _target_: tests.workers.rollout.agent_loops_for_tests.EchoAgentLoop\n")
+    config = _config()
+    config.agent.agent_loop_config_path = str(loops)
+    config.agent.default_agent_loop = "echo_agent"
+    rollout = MultiTurnRollout(ScriptedEngine(tokenizer, ["x"], 0), config, tokenizer, tools=[MulTool()])
+    batch = _prompts(tokenizer, rows=2)  # raw_prompt and data_source
+    extra = np.empty(2, dtype=object)
+    extra[:] = [{"answer": "360"}, {"answer": "372"}]
+    batch.non_tensor_batch["extra_info"] = extra
+    batch.batch["attention_mask"] = torch.ones_like(batch.batch["input_ids"])
+    batch.batch["position_ids"] = torch.zeros_like(batch.batch["input_ids"])
+    gen = pop_generation_inputs(batch, row_context=True)
+    assert sorted(gen.meta_info["row_context_keys"]) == ["data_source", "extra_info"]
+    assert sorted(batch.non_tensor_batch) == ["data_source", "extra_info"]  # lent, not popped
+    gen.meta_info.update({"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id})
+    EchoAgentLoop.seen_fields.clear()
+    out = rollout.generate_sequences(gen)
+    answers = sorted(fields["extra_info"]["answer"] for fields in EchoAgentLoop.seen_fields)
+    assert answers == ["360", "360", "372", "372"]  # n=2 trajectories per row, each saw its row's extra_info
+    assert "extra_info" not in out.non_tensor_batch and "data_source" not in out.non_tensor_batch
+    batch.repeat(2, interleave=True).union(out)  # the trainer's merge: no clash over the lent columns
+    assert "raw_prompt" in out.non_tensor_batch

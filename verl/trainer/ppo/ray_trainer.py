@@ -251,7 +251,7 @@ class RayPPOTrainer:
         return batch
 
     def _pop_generation_inputs(self, batch: DataProto) -> DataProto:
-        return pop_generation_inputs(batch)
+        return pop_generation_inputs(batch, row_context=self.ppo_config.actor_rollout_ref.rollout.uses_agent_loops)
 
     def _greedy_baseline(self, batch: DataProto, gen_batch: DataProto) -> torch.Tensor:
         """ReMax: the reward of the greedy response to each prompt, ``(bs,)``."""

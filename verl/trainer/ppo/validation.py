@@ -12,6 +12,7 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.config import PPOConfig
 from verl.trainer.ppo.metric_utils import process_validation_metrics
 from verl.utils.generation_dump import dump_generations, rollout_generations, select_val_generations
+from verl.workers.rollout.multi_turn.rollout import ROW_CONTEXT_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +40,22 @@ def name_validation_metrics(per_source: dict) -> dict[str, float]:
     return metrics
 
 
-def pop_generation_inputs(batch: DataProto) -> DataProto:
-    """Pop what the rollout needs from a prompt batch: the prompt tensors and the optional per-prompt values."""
+def pop_generation_inputs(batch: DataProto, row_context: bool = False) -> DataProto:
+    """Pop what the rollout needs from a prompt batch: the prompt tensors and the optional per-prompt values.
+
+    ``row_context`` (agent loops): the row's other columns (``data_source``, ``extra_info``, ``reward_model``, ...)
+    are lent too, not popped, so that a loop sees the whole row; ``meta_info["row_context_keys"]`` names them and the
+    rollout leaves them out of its output (the batch keeps its own).
+    """
     optional = ("multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs", "agent_name")
     non_tensor_keys = ["raw_prompt_ids"] if "raw_prompt_ids" in batch.non_tensor_batch else []
     non_tensor_keys += [k for k in optional if k in batch.non_tensor_batch]
-    return batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=non_tensor_keys)
+    gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=non_tensor_keys)
+    if row_context:
+        lent = sorted(set(batch.non_tensor_batch) - set(gen.non_tensor_batch))
+        gen.non_tensor_batch.update({key: batch.non_tensor_batch[key] for key in lent})
+        gen.meta_info = {**gen.meta_info, ROW_CONTEXT_KEYS: lent}
+    return gen
 
 
 class Validator:
@@ -75,14 +86,16 @@ class Validator:
             if self.config.reward_model.enable and reward_model is not None and reward_model[0].get("style") == "model":
                 return {}
             sample_inputs.extend(self._decode(test_batch.batch["input_ids"]))
-            gen_batch = pop_generation_inputs(test_batch)
-            gen_batch.meta_info = {
-                "eos_token_id": self.tokenizer.eos_token_id,
-                "pad_token_id": self.tokenizer.pad_token_id,
-                "recompute_log_prob": False,
-                "do_sample": val_kwargs.do_sample,
-                "validate": True,
-            }
+            gen_batch = pop_generation_inputs(test_batch, self.config.actor_rollout_ref.rollout.uses_agent_loops)
+            gen_batch.meta_info.update(
+                {
+                    "eos_token_id": self.tokenizer.eos_token_id,
+                    "pad_token_id": self.tokenizer.pad_token_id,
+                    "recompute_log_prob": False,
+                    "do_sample": val_kwargs.do_sample,
+                    "validate": True,
+                }
+            )
             padded, pad_size = pad_dataproto_to_divisor(gen_batch, actor_rollout_wg.world_size)
             output = unpad_dataproto(actor_rollout_wg.generate_sequences(padded), pad_size=pad_size)
             sample_outputs.extend(self._decode(output.batch["responses"]))

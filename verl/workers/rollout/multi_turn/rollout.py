@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 AGENT_LOOP_METRICS = "agent_loop_metrics"  # the output's per-trajectory metrics column
+# meta_info key: the row columns lent to the agent loops for reading, left out of the output (the trainer keeps them)
+ROW_CONTEXT_KEYS = "row_context_keys"
 
 
 def truncate_text(text: str, limit: int, side: str) -> str:
@@ -208,7 +210,8 @@ class AgentLoopRollout(BaseRollout):
         )
         if has_log_probs:
             batch["rollout_log_probs"] = log_probs
-        non_tensor = {key: np.repeat(value, n, axis=0) for key, value in prompts.non_tensor_batch.items()}
+        lent = prompts.meta_info[ROW_CONTEXT_KEYS] if ROW_CONTEXT_KEYS in prompts.meta_info else []
+        non_tensor = {k: np.repeat(v, n, axis=0) for k, v in prompts.non_tensor_batch.items() if k not in lent}
         non_tensor["messages"] = _object_array([out.messages for out in outputs])
         non_tensor["reward_scores"] = _object_array([out.reward_scores for out in outputs])
         non_tensor[AGENT_LOOP_METRICS] = _object_array(_row_metrics(outputs, engine_calls))
