@@ -45,3 +45,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name.endswith(GPU_FILE_SUFFIX):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory) -> str:
+    """A tiny random Qwen2.5-VL folder (model, tokenizer, image processor), built once per session."""
+    from verl.utils.tiny_vlm import make_tiny_vlm_dir
+
+    return make_tiny_vlm_dir(str(tmp_path_factory.mktemp("tiny_vlm")))

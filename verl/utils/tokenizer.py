@@ -86,14 +86,21 @@ def hf_tokenizer(name_or_path: str, correct_pad_token: bool = True, correct_gemm
 
 
 def hf_processor(name_or_path: str, **kwargs):
-    """Load a multimodal processor with ``AutoProcessor``; None when there is none (text-only models)."""
+    """Load a multimodal processor with ``AutoProcessor``; None when there is none (text-only models).
+
+    A Qwen2-VL / Qwen2.5-VL folder on a machine without torchvision gets a
+    :class:`verl.utils.vlm_processor.QwenVLProcessor` (image processor + tokenizer) instead.
+    """
     from transformers import AutoProcessor
 
     try:
         processor = AutoProcessor.from_pretrained(name_or_path, **kwargs)
     except Exception as e:  # a text-only model dir has no processor config; that is the normal case
         logger.debug("no processor for %s: %s", name_or_path, e)
-        return None
+        # Qwen-VL processors need torchvision; without it, build one from the image processor and tokenizer
+        from verl.utils.vlm_processor import load_qwen_vl_processor
+
+        return load_qwen_vl_processor(name_or_path, **kwargs)
     # AutoProcessor falls back to the plain tokenizer for text-only models; that is not a processor.
     if processor is not None and "Processor" not in processor.__class__.__name__:
         return None

@@ -21,6 +21,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "create_rl_sampler"]
 
 _TRUNCATIONS = ("error", "left", "right", "middle")
+BAD_MULTIMODAL_ROW_ACTIONS = ("error", "skip")
+# processor outputs that describe the prompt's tokens rather than the images: the model gets them from position_ids
+_PROMPT_ONLY_PROCESSOR_OUTPUTS = ("input_ids", "attention_mask", "second_per_grid_ts", "mm_token_type_ids")
 
 
 def collate_fn(data_list: list[dict]) -> dict:
@@ -94,10 +97,17 @@ class RLHFDataset(Dataset):
         self.need_tools_kwargs = bool(_cfg_get(config, "need_tools_kwargs", False))
         self.chat_template_func = _cfg_get(config, "chat_template_func", None)
         self.filter_prompts = _cfg_get(config, "filter_prompts", True)
+        self.bad_multimodal_rows = _cfg_get(config, "bad_multimodal_rows", "error")
+        self.num_bad_multimodal_rows = 0  # rows dropped by bad_multimodal_rows=skip
         self.serialize_dataset = False
 
         if self.truncation not in _TRUNCATIONS:
             raise ValueError(f"data.truncation={self.truncation!r} is not supported; expected one of {_TRUNCATIONS}")
+        if self.bad_multimodal_rows not in BAD_MULTIMODAL_ROW_ACTIONS:
+            raise ValueError(
+                f"data.bad_multimodal_rows={self.bad_multimodal_rows!r} is not supported; expected one of "
+                f"{BAD_MULTIMODAL_ROW_ACTIONS}"
+            )
         if self.max_prompt_length <= 0:
             raise ValueError(f"data.max_prompt_length={self.max_prompt_length} must be a positive integer")
         self._download()
@@ -125,7 +135,39 @@ class RLHFDataset(Dataset):
                 f"columns are {self.dataframe.column_names}"
             )
         logger.info("dataset len: %d", len(self.dataframe))
+        self.dataframe = self._check_multimodal_rows(self.dataframe, [len(frame) for frame in frames])
         self.dataframe = self.maybe_filter_out_long_prompts(self.dataframe)
+
+    def _check_multimodal_rows(self, dataframe, rows_per_file: list[int]):
+        """Refuse (``data.bad_multimodal_rows=error``) or drop with a warning (``skip``) the rows whose images cannot
+        be decoded or whose ``<image>``/``<video>`` placeholders do not match their images/videos; checked once at
+        load, so a bad row never reaches a batch. Only with a processor and an image or video column."""
+        from verl.utils.dataset.multimodal_checks import find_bad_multimodal_rows
+
+        columns = [c for c in (self.image_key, self.video_key) if c in dataframe.column_names]
+        if self.processor is None or not columns:
+            return dataframe
+        rows = dataframe.select_columns([self.prompt_key, *columns])
+        bad = find_bad_multimodal_rows(rows, self.prompt_key, self.image_key, self.video_key)
+        if not bad:
+            return dataframe
+        ends = np.cumsum(rows_per_file)
+        messages = []
+        for index, reason in bad:
+            file_index = int(np.searchsorted(ends, index, side="right"))
+            row_in_file = index - (int(ends[file_index - 1]) if file_index else 0)
+            messages.append(f"{self.data_files[file_index]} row {row_in_file} (dataset row {index}): {reason}")
+        if self.bad_multimodal_rows == "error":
+            raise ValueError(
+                f"{len(bad)} multimodal row(s) cannot be used; first: {messages[0]}. Fix the data, or set "
+                "data.bad_multimodal_rows=skip to drop such rows with a warning"
+            )
+        for message in messages:
+            logger.warning("data.bad_multimodal_rows=skip: dropping %s", message)
+        self.num_bad_multimodal_rows += len(bad)
+        logger.warning("dropped %d bad multimodal row(s) of %d", self.num_bad_multimodal_rows, len(dataframe))
+        dropped = {index for index, _ in bad}
+        return dataframe.select([i for i in range(len(dataframe)) if i not in dropped])
 
     def _prompt_length(self, row: dict) -> int:
         """Token length of the templated prompt of ``row`` (processor output length for multimodal rows)."""
@@ -205,13 +247,14 @@ class RLHFDataset(Dataset):
         """One prompt: padded ``input_ids``/``attention_mask``/``position_ids`` ``(max_prompt_length,)`` + metadata."""
         row: dict = dict(self.dataframe[item])
         messages = self._build_messages(row)
-        multi_modal_inputs = None
+        multi_modal_inputs = second_per_grid_ts = None
         if self.processor is not None and (self.image_key in row or self.video_key in row):
             raw_prompt, model_inputs, row = self._process_multimodal(messages, row)
             multi_modal_inputs = dict(model_inputs)
-            input_ids = multi_modal_inputs.pop("input_ids")
-            attention_mask = multi_modal_inputs.pop("attention_mask")
-            multi_modal_inputs.pop("second_per_grid_ts", None)
+            input_ids, attention_mask = multi_modal_inputs["input_ids"], multi_modal_inputs["attention_mask"]
+            second_per_grid_ts = multi_modal_inputs.get("second_per_grid_ts")
+            for key in _PROMPT_ONLY_PROCESSOR_OUTPUTS:
+                multi_modal_inputs.pop(key, None)
         else:
             raw_prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             model_inputs = self.tokenizer(raw_prompt, return_tensors="pt", add_special_tokens=False)
@@ -225,7 +268,7 @@ class RLHFDataset(Dataset):
             left_pad=True,
             truncation=self.truncation,
         )
-        position_ids = self._position_ids(input_ids, attention_mask, multi_modal_inputs)
+        position_ids = self._position_ids(input_ids, attention_mask, multi_modal_inputs, second_per_grid_ts)
 
         row["input_ids"] = input_ids[0]
         row["attention_mask"] = attention_mask[0]
@@ -267,7 +310,7 @@ class RLHFDataset(Dataset):
         row["multi_modal_data"] = multi_modal_data
         return raw_prompt, model_inputs, row
 
-    def _position_ids(self, input_ids, attention_mask, multi_modal_inputs) -> torch.Tensor:
+    def _position_ids(self, input_ids, attention_mask, multi_modal_inputs, second_per_grid_ts=None) -> torch.Tensor:
         """``(P,)`` position ids from the mask; ``(3, P)`` rope indices for Qwen2-VL style image processors."""
         processor_name = type(getattr(self.processor, "image_processor", None)).__name__
         if self.processor is not None and "Qwen2VLImageProcessor" in processor_name:
@@ -278,7 +321,7 @@ class RLHFDataset(Dataset):
                 input_ids=input_ids[0],
                 image_grid_thw=(multi_modal_inputs or {}).get("image_grid_thw"),
                 video_grid_thw=(multi_modal_inputs or {}).get("video_grid_thw"),
-                second_per_grid_ts=(multi_modal_inputs or {}).get("second_per_grid_ts"),
+                second_per_grid_ts=second_per_grid_ts,
                 attention_mask=attention_mask[0],
             )
         return compute_position_id_with_mask(attention_mask)[0]

@@ -1,0 +1,140 @@
+"""Qwen2-VL / Qwen2.5-VL: 3-D rotary position ids ("mrope") for image and video tokens, and the position-id layout
+these models need for packed (remove-padding) inputs.
+
+Text tokens advance one position per token on all three axes. The tokens of one image or video form a
+``(t, h / merge, w / merge)`` grid: each axis gets its own index (temporal, row, column), offset by the position where
+the grid starts; the text after it resumes at ``start + max(h, w) / merge`` (as transformers 5 computes it, so the
+positions of a prompt match those ``generate`` derives for the same prompt). For Qwen2.5-VL videos
+the temporal index is scaled by ``tokens_per_second * second_per_grid_t`` (real time); Qwen2-VL uses the frame-group
+index as is, and still images have no temporal spacing in either.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "get_rope_index",
+    "mm_token_type_ids",
+    "packed_position_ids",
+    "rope_tokens_per_second",
+    "IMAGE_TOKEN",
+    "VIDEO_TOKEN",
+]
+
+IMAGE_TOKEN = "<|image_pad|>"
+VIDEO_TOKEN = "<|video_pad|>"
+# Qwen2.5-VL's vision_config.tokens_per_second in every released checkpoint; the processor does not carry it
+_QWEN2_5_TOKENS_PER_SECOND = 2
+
+
+def rope_tokens_per_second(processor) -> float | None:
+    """Temporal scale of video positions for ``processor``'s model family: 2 for Qwen2.5-VL, None for Qwen2-VL."""
+    explicit = getattr(processor, "tokens_per_second", None)
+    if explicit is not None:
+        return explicit
+    return _QWEN2_5_TOKENS_PER_SECOND if "Qwen2_5" in type(processor).__name__ else None
+
+
+def _token_id(processor, token: str) -> int:
+    tokenizer = getattr(processor, "tokenizer", processor)
+    return tokenizer.convert_tokens_to_ids(token)
+
+
+def _grid_positions(grid_thw, start: int, merge: int, time_scale: float | None) -> torch.Tensor:
+    """``(3, t*h*w/merge²)`` positions of one image/video grid whose first token sits at ``start``."""
+    t, h, w = (int(x) for x in grid_thw)
+    h, w = h // merge, w // merge
+    temporal = torch.arange(t)
+    if time_scale is not None:
+        temporal = (temporal * time_scale).long()
+    rows, cols = torch.arange(h), torch.arange(w)
+    grid_t = temporal.view(-1, 1, 1).expand(t, h, w)
+    grid_h = rows.view(1, -1, 1).expand(t, h, w)
+    grid_w = cols.view(1, 1, -1).expand(t, h, w)
+    return torch.stack([grid_t, grid_h, grid_w]).reshape(3, -1) + start
+
+
+def get_rope_index(
+    processor,
+    input_ids: torch.Tensor,
+    image_grid_thw: torch.Tensor | None = None,
+    video_grid_thw: torch.Tensor | None = None,
+    second_per_grid_ts: torch.Tensor | list | None = None,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The ``(3, seq_len)`` rope position ids of one (possibly left-padded) prompt.
+
+    input_ids, attention_mask ``(seq_len,)``; image_grid_thw ``(n_images, 3)``, video_grid_thw ``(n_videos, 3)`` in
+    the order the images/videos appear; second_per_grid_ts ``(n_videos,)`` seconds per temporal grid step (1.0 when
+    absent). ``processor`` gives the merge size, the image/video pad token ids and the model family. Padding
+    positions get 0, as in transformers. Raises ValueError when the pad tokens do not match the grids.
+    """
+    merge = processor.image_processor.merge_size
+    tokens_per_second = rope_tokens_per_second(processor)
+    image_id, video_id = _token_id(processor, IMAGE_TOKEN), _token_id(processor, VIDEO_TOKEN)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    valid = attention_mask.bool()
+    ids = input_ids[valid].tolist()
+    grids = {image_id: list(image_grid_thw if image_grid_thw is not None else [])}
+    grids[video_id] = list(video_grid_thw if video_grid_thw is not None else [])
+    seconds = list(second_per_grid_ts) if second_per_grid_ts is not None else [1.0] * len(grids[video_id])
+    used = {image_id: 0, video_id: 0}
+
+    pieces, pos, i = [], 0, 0
+    while i < len(ids):
+        token = ids[i]
+        if token not in used:
+            j = i
+            while j < len(ids) and ids[j] not in used:
+                j += 1
+            pieces.append(torch.arange(pos, pos + j - i).view(1, -1).expand(3, -1))
+            pos += j - i
+            i = j
+            continue
+        k = used[token]
+        if k >= len(grids[token]):
+            kind = "image" if token == image_id else "video"
+            raise ValueError(f"the prompt has more {kind} placeholder groups than {kind} grids ({len(grids[token])})")
+        grid = grids[token][k]
+        used[token] += 1
+        scale = None
+        if token == video_id and tokens_per_second is not None:
+            scale = tokens_per_second * float(seconds[k])
+        block = _grid_positions(grid, pos, merge, scale)
+        if ids[i : i + block.shape[1]] != [token] * block.shape[1]:
+            raise ValueError(f"a grid {list(map(int, grid))} needs {block.shape[1]} consecutive pad tokens at {i}")
+        pieces.append(block)
+        pos += max(int(grid[1]), int(grid[2])) // merge
+        i += block.shape[1]
+    for token, count in used.items():
+        if count != len(grids[token]):
+            kind = "image" if token == image_id else "video"
+            raise ValueError(f"{len(grids[token])} {kind} grids but {count} {kind} placeholder groups in the prompt")
+
+    position_ids = torch.zeros(3, input_ids.shape[0], dtype=torch.long)
+    if pieces:
+        position_ids[:, valid] = torch.cat(pieces, dim=1)
+    return position_ids
+
+
+def mm_token_type_ids(input_ids: torch.Tensor, image_token_id: int, video_token_id: int | None) -> torch.Tensor:
+    """Per-token modality, as transformers' Qwen-VL ``get_rope_index`` reads it: text 0, image 1, video 2."""
+    types = torch.zeros_like(input_ids, dtype=torch.int32)
+    types[input_ids == image_token_id] = 1
+    if video_token_id is not None:
+        types[input_ids == video_token_id] = 2
+    return types
+
+
+def packed_position_ids(mrope_rmpad: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Position ids for a packed forward of a Qwen-VL model: ``(4, 1, nnz)``.
+
+    mrope_rmpad ``(3, 1, nnz)``: the rope ids of the valid tokens, row after row; valid ``(bs, seqlen)``. Row 0 is
+    added: plain text positions restarting at 0 for every packed sequence. transformers' Qwen-VL text model reads
+    such a first row as the packing layout and builds a block-diagonal causal mask from it; without it a packed row
+    would attend across sequences (the 3-D ids do not restart at 0 where a sequence starts after an image).
+    """
+    text = (torch.cumsum(valid.long(), dim=-1) - 1)[valid].view(1, 1, -1)
+    return torch.cat([text.to(mrope_rmpad), mrope_rmpad], dim=0)
