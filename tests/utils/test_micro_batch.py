@@ -24,7 +24,8 @@ def test_pack_unpack_round_trip_and_restarting_positions():
     assert torch.equal(back, ids)
     mrope = pos.unsqueeze(1).expand(-1, 3, -1)
     _, pos3, _ = mb.pack_padded_inputs(ids, mask, mrope)
-    assert pos3.shape == (3, 1, int(mask.sum())) and torch.equal(pos3[1], pos_rmpad)
+    # mrope packs to (4, 1, nnz): the text positions (restarting per sequence) first, then the three rope rows
+    assert pos3.shape == (4, 1, int(mask.sum())) and torch.equal(pos3[0], pos_rmpad) and torch.equal(pos3[2], pos_rmpad)
 
 
 def test_explicit_block_mask_fallback_is_exact(monkeypatch):

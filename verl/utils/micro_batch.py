@@ -111,10 +111,9 @@ def merge_multi_modal_inputs(micro_batch: dict) -> dict:
     rows = micro_batch.get("multi_modal_inputs")
     if rows is None or len(rows) == 0:
         return {}
-    merged = {}
-    for key in rows[0].keys():
-        merged[key] = torch.cat([row[key] for row in rows], dim=0)
-    return merged
+    # rows of a vision-language batch may differ in keys (a text-only row has no pixel_values): merge what is there
+    keys = dict.fromkeys(key for row in rows for key in row)
+    return {key: torch.cat([row[key] for row in rows if key in row], dim=0) for key in keys}
 
 
 def trim_padding_columns(
@@ -152,6 +151,8 @@ def padded_forward(
     input_ids, attention_mask, position_ids, kept = trim_padding_columns(
         input_ids, attention_mask, position_ids, response_length
     )
+    if position_ids.dim() == 3:  # mrope (bs, 3, seqlen): Qwen-VL models take (3, bs, seqlen)
+        position_ids = position_ids.transpose(0, 1)
     output = module(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **model_kwargs
     )
@@ -164,13 +165,16 @@ def pack_padded_inputs(
     """Keep the valid tokens of each row, concatenated row after row.
 
     input_ids, attention_mask ``(bs, seqlen)``; position_ids ``(bs, seqlen)`` or mrope ``(bs, 3, seqlen)``.
-    Returns ``input_ids_rmpad (1, nnz)``, ``position_ids_rmpad (1, nnz)`` (or ``(3, 1, nnz)``) and the boolean
-    ``valid`` mask ``(bs, seqlen)`` for :func:`unpack_to_padded`.
+    Returns ``input_ids_rmpad (1, nnz)``, ``position_ids_rmpad (1, nnz)`` (mrope: ``(4, 1, nnz)``, see
+    :func:`verl.models.transformers.qwen2_vl.packed_position_ids`) and the boolean ``valid`` mask ``(bs, seqlen)`` for
+    :func:`unpack_to_padded`.
     """
     valid = attention_mask.bool()
     ids = input_ids[valid].unsqueeze(0)
     if position_ids.dim() == 3:
-        pos = position_ids.transpose(0, 1)[:, valid].unsqueeze(1)
+        from verl.models.transformers.qwen2_vl import packed_position_ids
+
+        pos = packed_position_ids(position_ids.transpose(0, 1)[:, valid].unsqueeze(1), valid)
     else:
         pos = position_ids[valid].unsqueeze(0)
     return ids, pos, valid

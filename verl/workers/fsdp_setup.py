@@ -211,11 +211,25 @@ def build_optimizer(module: torch.nn.Module, optim_config: OptimConfig):
 
 @dataclass
 class PretrainedFiles:
-    """A model's local folder, its tokenizer and its (overridden) HF config."""
+    """A model's local folder, its tokenizer, its (overridden) HF config and, for a vision-language model, its
+    processor."""
 
     local_path: str
     tokenizer: object
     hf_config: object
+    processor: object = None
+
+
+def policy_auto_class(hf_config):
+    """The transformers Auto class that loads a policy with an LM head: image-text-to-text (vision-to-sequence on
+    older releases) for a model with a vision tower, causal LM otherwise."""
+    import transformers
+
+    from verl.utils.vlm_processor import is_vision_language_config
+
+    if is_vision_language_config(hf_config):
+        return getattr(transformers, "AutoModelForImageTextToText", None) or transformers.AutoModelForVision2Seq
+    return transformers.AutoModelForCausalLM
 
 
 def load_pretrained(
@@ -234,7 +248,8 @@ def load_pretrained(
     ``AutoConfig.from_pretrained`` (e.g. ``num_labels=1`` for value and reward heads).
     """
     from verl.utils.fs import copy_to_local
-    from verl.utils.tokenizer import hf_tokenizer
+    from verl.utils.tokenizer import hf_processor, hf_tokenizer
+    from verl.utils.vlm_processor import is_vision_language_config
 
     local_path = copy_to_local(path, use_shm=use_shm)
     tokenizer_local = copy_to_local(tokenizer_path) if tokenizer_path else local_path
@@ -242,7 +257,12 @@ def load_pretrained(
     if chat_template is not None:
         tokenizer.chat_template = chat_template
     hf_config = load_hf_config(local_path, tokenizer, override_config or {}, trust_remote_code, **config_kwargs)
-    return PretrainedFiles(local_path, tokenizer, hf_config)
+    processor = None
+    if is_vision_language_config(hf_config):
+        processor = hf_processor(local_path, trust_remote_code=trust_remote_code, use_fast=True)
+        if processor is not None and chat_template is not None:
+            processor.chat_template = chat_template
+    return PretrainedFiles(local_path, tokenizer, hf_config, processor)
 
 
 def build_fsdp_model(

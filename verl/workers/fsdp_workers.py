@@ -42,6 +42,7 @@ from verl.workers.fsdp_setup import (
     get_sharding_strategy,
     init_distributed,
     load_pretrained,
+    policy_auto_class,
     ulysses_sharding_manager,
 )
 
@@ -141,13 +142,12 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             section.use_fused_kernels = config.model.use_fused_kernels
         DistProfilerExtension.__init__(self, _profiler(self, config.actor.profiler))
         self.actor = self.rollout = self.ref_policy = None
+        self.processor = None
         self.checkpoint_manager = None
 
     # ------------------------------------------------------------------------------------------ model building
     def _build_policy(self, trainable: bool):
         """Load the policy model (FSDP-wrapped) and, when ``trainable``, its optimizer and scheduler."""
-        from transformers import AutoModelForCausalLM
-
         model_cfg = self.config.model
         files = load_pretrained(
             model_cfg.path,
@@ -157,12 +157,13 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             chat_template=model_cfg.custom_chat_template,
         )
         self.tokenizer, self.local_path, self.hf_config = files.tokenizer, files.local_path, files.hf_config
+        self.processor = files.processor  # vision-language models: saved with checkpoints
         # a standalone rollout samples from a copy built like the actor's (its strategy and fsdp_config, resident on
         # the device) but without an optimizer; only the reference is the frozen, offloaded copy
         as_actor = trainable or self.role == "rollout"
         section = self.config.actor if as_actor else self.config.ref
         module = build_fsdp_model(
-            AutoModelForCausalLM,
+            policy_auto_class(files.hf_config),
             files,
             strategy=section.strategy,
             fsdp_config=section.fsdp_config,
@@ -362,7 +363,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 self.actor_module,
                 self.actor_optimizer,
                 self.actor_lr_scheduler,
-                self.tokenizer,
+                self.processor or self.tokenizer,
                 self.config.actor.checkpoint,
             )
         return self.checkpoint_manager

@@ -16,6 +16,7 @@ import torch
 __all__ = [
     "get_rope_index",
     "mm_token_type_ids",
+    "generation_inputs",
     "packed_position_ids",
     "rope_tokens_per_second",
     "IMAGE_TOKEN",
@@ -138,3 +139,16 @@ def packed_position_ids(mrope_rmpad: torch.Tensor, valid: torch.Tensor) -> torch
     """
     text = (torch.cumsum(valid.long(), dim=-1) - 1)[valid].view(1, 1, -1)
     return torch.cat([text.to(mrope_rmpad), mrope_rmpad], dim=0)
+
+
+def generation_inputs(model_config, input_ids: torch.Tensor, multi_modal_inputs) -> dict:
+    """Extra ``generate`` kwargs for a batch of Qwen-VL prompts: the rows' processor outputs merged
+    (``pixel_values``, ``image_grid_thw``, ...) and ``mm_token_type_ids``, from which ``generate`` derives the same 3-D
+    positions as :func:`get_rope_index`. input_ids ``(bs, prompt_len)``; multi_modal_inputs: one dict per row."""
+    from verl.utils.micro_batch import merge_multi_modal_inputs
+
+    kwargs = merge_multi_modal_inputs({"multi_modal_inputs": multi_modal_inputs})
+    kwargs = {key: value.to(input_ids.device) for key, value in kwargs.items()}
+    video_id = getattr(model_config, "video_token_id", None)
+    kwargs["mm_token_type_ids"] = mm_token_type_ids(input_ids, model_config.image_token_id, video_id)
+    return kwargs

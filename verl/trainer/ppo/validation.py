@@ -51,6 +51,9 @@ def pop_generation_inputs(batch: DataProto, row_context: bool = False) -> DataPr
     non_tensor_keys = ["raw_prompt_ids"] if "raw_prompt_ids" in batch.non_tensor_batch else []
     non_tensor_keys += [k for k in optional if k in batch.non_tensor_batch]
     gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=non_tensor_keys)
+    if "multi_modal_inputs" in batch.non_tensor_batch:
+        # lent, not popped: the HF rollout generates from these tensors, and log-prob and update need them after
+        gen.non_tensor_batch["multi_modal_inputs"] = batch.non_tensor_batch["multi_modal_inputs"]
     if row_context:
         lent = sorted(set(batch.non_tensor_batch) - set(gen.non_tensor_batch))
         gen.non_tensor_batch.update({key: batch.non_tensor_batch[key] for key in lent})

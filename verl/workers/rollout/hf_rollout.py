@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 import torch.nn as nn
 from omegaconf import DictConfig
@@ -30,13 +31,15 @@ def build_rollout_output(
 ) -> TensorDict:
     """Assemble verl's rollout batch from (already repeated) prompts and right-padded responses.
 
-    prompt_* ``(b, P)`` left-padded; responses ``(b, T)``. The response mask is 1 through the first EOS; response
-    position ids continue from the last prompt position (also past EOS). Returns a TensorDict with ``prompts``,
-    ``responses`` ``(b, T)`` and ``input_ids``, ``attention_mask``, ``position_ids`` ``(b, P+T)``.
+    prompt_* ``(b, P)`` left-padded (position ids may be mrope ``(b, 3, P)``); responses ``(b, T)``. The response
+    mask is 1 through the first EOS; response position ids continue from the last prompt position (also past EOS).
+    Returns a TensorDict with ``prompts``, ``responses`` ``(b, T)`` and ``input_ids``, ``attention_mask``,
+    ``position_ids`` ``(b, P+T)`` (mrope ``(b, 3, P+T)``).
     """
     batch_size, response_length = responses.shape
     delta = torch.arange(1, response_length + 1, device=prompt_pos.device, dtype=prompt_pos.dtype)
-    response_pos = prompt_pos[:, -1:] + delta.unsqueeze(0)
+    # (b, 1) or mrope (b, 3, 1) + (T,): every rope axis advances by one per response token
+    response_pos = prompt_pos[..., -1:] + delta
     response_mask = get_response_mask(responses, eos_token=eos_token_id, dtype=prompt_mask.dtype)
     return TensorDict(
         {
@@ -159,6 +162,15 @@ class HFRollout(BaseRollout):
         idx = prompts.batch["input_ids"]
         attention_mask = prompts.batch["attention_mask"]
         position_ids = prompts.batch["position_ids"]
+        multi_modal_inputs = prompts.non_tensor_batch.get("multi_modal_inputs")
+        if multi_modal_inputs is not None and num_return > 1:
+            # HF's expansion for num_return_sequences repeats every kwarg row-wise, which is wrong for pixel_values
+            # (patches of all images, not one row per prompt): repeat the prompts here and sample once each
+            idx, attention_mask, position_ids = (
+                t.repeat_interleave(num_return, dim=0) for t in (idx, attention_mask, position_ids)
+            )
+            multi_modal_inputs = np.repeat(multi_modal_inputs, num_return)
+            gen_kwargs["num_return_sequences"] = num_return = 1
         device = next(self.module.parameters()).device
         # Padding-side handling is ours (left-padded prompts), so the model's generation defaults stay out of it.
         generation_config = GenerationConfig(
@@ -176,10 +188,17 @@ class HFRollout(BaseRollout):
             # the mask, so dropping them changes nothing else)
             used = attention_mask.any(dim=0).nonzero()
             start = int(used[0]) if used.numel() else 0
+            input_ids = idx[:, start:].to(device)
+            vision_kwargs = {}
+            if multi_modal_inputs is not None:
+                from verl.models.transformers.qwen2_vl import generation_inputs
+
+                vision_kwargs = generation_inputs(self.module.config, input_ids, multi_modal_inputs)
             output = self.module.generate(
-                input_ids=idx[:, start:].to(device),
+                input_ids=input_ids,
                 attention_mask=attention_mask[:, start:].to(device),
                 generation_config=generation_config,
+                **vision_kwargs,
             )
         seq = output.sequences.to(idx.device)
         prompt_length = idx.size(1)

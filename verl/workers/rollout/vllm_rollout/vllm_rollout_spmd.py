@@ -288,6 +288,8 @@ class vLLMRollout(BaseRollout):
                 f"non_tensor_batch['raw_prompt_ids'] has {len(raw_prompt_ids)} rows but input_ids has {batch_size}"
             )
         multi_modal_data = non_tensor.pop("multi_modal_data", None)
+        # the processed tensors are the trainer's (for log-probs); vLLM reads the images from multi_modal_data
+        non_tensor.pop("multi_modal_inputs", None)
         inputs = []
         for i, ids in enumerate(raw_prompt_ids):
             if isinstance(ids, np.ndarray | torch.Tensor):
