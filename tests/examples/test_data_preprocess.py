@@ -112,3 +112,21 @@ def test_gsm8k_multiturn_sft_feeds_the_multiturn_dataset(gsm8k_hub_copy, tmp_pat
     item = ds[0]
     trained = tokenizer.decode(item["input_ids"][item["loss_mask"].bool()])
     assert GSM8K_ROWS[0]["answer"] in trained and GSM8K_ROWS[0]["question"] not in trained
+
+
+def test_geo3k_from_local_hub_copy_keeps_images_and_routes_to_the_geo3k_scorer(tmp_path):
+    from verl.utils.dataset.vision_utils import process_image
+    from verl.utils.tiny_vlm import write_tiny_geometry3k
+
+    raw = write_tiny_geometry3k(str(tmp_path / "raw"), num_train=3, num_test=2)
+    out = tmp_path / "out"
+    _module("geo3k").main(["--local_dataset_path", raw, "--local_dir", str(out)])
+    train = pd.read_parquet(out / "train.parquet")
+    assert len(train) == 3 and len(pd.read_parquet(out / "test.parquet")) == 2
+    row = train.iloc[1]
+    assert row["data_source"] == "hiyouga/geometry3k" and row["ability"] == "math"
+    content = row["prompt"][0]["content"]
+    assert content.startswith("<image>Find x") and "<think>" in content and "\\boxed{}" in content
+    assert row["reward_model"]["ground_truth"] == row["extra_info"]["answer"]
+    assert row["extra_info"]["split"] == "train" and row["extra_info"]["index"] == 1
+    assert len(row["images"]) == 1 and process_image(row["images"][0]).size[0] >= 24

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from verl.trainer.config_capabilities import check_runtime_support
 from verl.trainer.config_multi_turn import check_multi_turn
+from verl.trainer.config_vlm import check_vision_language_policy
 from verl.utils.batch_sizes import (
     ConfigError,
     data_parallel_size,
@@ -24,6 +25,7 @@ from verl.utils.batch_sizes import (
     normalize_critic_batch_sizes,
     normalize_reward_model_micro_batch_size,
 )
+from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
 from verl.utils.fs import is_model_id, resolve_modelscope_model, use_modelscope
 from verl.utils.tracking import UnknownBackendError, normalize_backends
 
@@ -146,6 +148,7 @@ def _check_choices(config, ctx: _Context) -> None:
     if _get(config, "algorithm.use_pf_ppo"):
         _choice(config, "algorithm.pf_ppo.reweight_method", ("pow", "max_min", "max_random"))
     _choice(config, "data.truncation", ("error", "left", "right", "middle"))
+    _choice(config, "data.bad_multimodal_rows", BAD_MULTIMODAL_ROW_ACTIONS)
     _choice(
         config,
         "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
@@ -505,6 +508,8 @@ def _check_models(config, ctx: _Context) -> None:
                 f"{sp_key}={sp} must divide the model's num_attention_heads={heads} ({path_key}); "
                 f"use a divisor of {heads}"
             )
+        if path_key == "actor_rollout_ref.model.path":
+            check_vision_language_policy(config, hf_config, path_key, ctx.use_critic)
         if path_key == "actor_rollout_ref.model.path" and _get(config, "actor_rollout_ref.rollout.name") == "vllm":
             _check_vllm_cpu_model(config, hf_config, path_key)
             max_pos = getattr(text_config, "max_position_embeddings", None)

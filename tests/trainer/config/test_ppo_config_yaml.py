@@ -23,6 +23,8 @@ EXPECTED_PPO = {
         "validation_shuffle": False, "filter_overlong_prompts": False, "filter_overlong_prompts_workers": 1,
         "truncation": "error", "image_key": "images", "video_key": "videos", "trust_remote_code": False,
         "custom_cls": {"path": None, "name": None},
+        # ours: unusable multimodal rows (undecodable image, placeholder/image count mismatch) stop or are skipped
+        "bad_multimodal_rows": "error",
     },
     "actor_rollout_ref": {
         "hybrid_engine": True,

@@ -44,6 +44,18 @@ def test_geo3k_format_and_missing_mathruler(monkeypatch):
         geo3k.compute_score("<think>a</think>\\boxed{3}", "3")
 
 
+def test_geo3k_is_routed_by_data_source_and_graded():
+    pytest.importorskip("mathruler", reason="the geo3k grader needs mathruler (in the test extra)")
+    from verl.utils.reward_score import default_compute_score
+
+    source = "hiyouga/geometry3k"  # the data_source examples/data_preprocess/geo3k.py writes
+    assert default_compute_score(source, "<think>8+6</think> so \\boxed{14}", "14") == 1.0
+    assert default_compute_score(source, "so \\boxed{14}", "14") == pytest.approx(0.9)  # right, no <think>
+    assert default_compute_score(source, "<think>hm</think> \\boxed{15}", "14") == pytest.approx(0.1)
+    # graded, not compared as strings
+    assert default_compute_score(source, "\\boxed{\\frac{1}{2}}", "0.5") == pytest.approx(0.9)
+
+
 def test_math_verify_import_error_names_package(monkeypatch):
     from verl.utils.reward_score import math_verify
 

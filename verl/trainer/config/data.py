@@ -52,6 +52,7 @@ class DataConfig(BaseConfig):
     truncation: str = "error"
     image_key: str = "images"
     video_key: str = "videos"
+    bad_multimodal_rows: str = "error"
     trust_remote_code: bool = False
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
     # hidden: prompts per generation batch (null: train_batch_size; DAPO's dynamic sampling sets it)

@@ -4,7 +4,10 @@ with the wrong picture, in the middle of training)."""
 
 from __future__ import annotations
 
-__all__ = ["find_bad_multimodal_rows", "multimodal_row_problem"]
+__all__ = ["BAD_MULTIMODAL_ROW_ACTIONS", "find_bad_multimodal_rows", "multimodal_row_problem"]
+
+# data.bad_multimodal_rows: stop at the first bad row (naming file and row), or drop bad rows with a warning
+BAD_MULTIMODAL_ROW_ACTIONS = ("error", "skip")
 
 
 def _placeholder_count(messages, placeholder: str) -> int:

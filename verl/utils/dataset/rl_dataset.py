@@ -13,6 +13,7 @@ import torch
 from omegaconf import DictConfig, ListConfig
 from torch.utils.data import Dataset, Sampler, SequentialSampler
 
+from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
 from verl.utils.model import compute_position_id_with_mask
 from verl.utils.torch_functional import postprocess_data
 
@@ -21,7 +22,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "create_rl_sampler"]
 
 _TRUNCATIONS = ("error", "left", "right", "middle")
-BAD_MULTIMODAL_ROW_ACTIONS = ("error", "skip")
 # processor outputs that describe the prompt's tokens rather than the images: the model gets them from position_ids
 _PROMPT_ONLY_PROCESSOR_OUTPUTS = ("input_ids", "attention_mask", "second_per_grid_ts", "mm_token_type_ids")
 
