@@ -46,10 +46,10 @@ def check_vision_language_policy(config, hf_config, path_key: str, use_critic: b
             "rollout.mode=async) do not pass images yet; use single-turn rollout.name=hf"
         )
     sp = arr.actor.ulysses_sequence_parallel_size
-    if sp > 1:
+    if sp > 1 and getattr(hf_config, "model_type", None) not in ("qwen2_vl", "qwen2_5_vl"):
         raise ConfigError(
-            f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}: {model}, and sequence parallelism with "
-            "image inputs is not implemented (the sequence would have to be split after the image embedding); use 1"
+            f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}: {model}; sequence parallelism with image "
+            "inputs is implemented for Qwen2-VL / Qwen2.5-VL only; use 1"
         )
     if use_critic:
         raise ConfigError(

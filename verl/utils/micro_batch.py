@@ -194,7 +194,8 @@ def slice_for_sequence_parallel(
     labels_rmpad: torch.Tensor | None = None,
     multi_modal: bool = False,
 ):
-    """This Ulysses SP rank's slice of a packed row: pad ``nnz`` to a multiple of ``sp_size``, keep ``1/sp`` of it.
+    """This Ulysses SP rank's slice of a packed row: pad ``nnz`` to a multiple of ``sp_size``, keep ``1/sp`` of it
+    (``multi_modal``: ids and positions are padded but kept whole, the model slices after embedding; labels are sliced).
 
     input_ids_rmpad, labels_rmpad ``(1, nnz)``; position_ids_rmpad ``(1, nnz)`` or ``(3, 1, nnz)``. Returns the
     sliced ``(ids, positions, labels, pad_size)``; unchanged with ``pad_size=0`` when ``sp_size == 1``. Must run
@@ -210,8 +211,13 @@ def slice_for_sequence_parallel(
             f"{get_ulysses_sequence_parallel_world_size()} ranks: call inside the worker's FSDPUlyssesShardingManager"
         )
     if multi_modal:
-        raise NotImplementedError("Ulysses sequence parallelism with multi_modal_inputs is not supported; use sp=1")
-    ids, pos, pad_size = ulysses_pad_and_slice_inputs(input_ids_rmpad, position_ids_rmpad, sp_size)
+        # a vision-language model must see every image's pad tokens to place the image embeddings: pad only; its text
+        # model keeps this rank's slice after the merge (verl.models.transformers.qwen2_vl.ulysses_text_model)
+        from verl.utils.ulysses import ulysses_pad
+
+        ids, pos, pad_size = ulysses_pad(input_ids_rmpad, position_ids_rmpad, sp_size)
+    else:
+        ids, pos, pad_size = ulysses_pad_and_slice_inputs(input_ids_rmpad, position_ids_rmpad, sp_size)
     if labels_rmpad is not None:
         labels_rmpad, _, _ = ulysses_pad_and_slice_inputs(labels_rmpad, None, sp_size)
     return ids, pos, labels_rmpad, pad_size

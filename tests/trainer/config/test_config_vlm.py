@@ -51,16 +51,14 @@ def test_vllm_rollout_with_a_vlm_is_refused_naming_key_value_and_fix(workspace):
     assert vllm_vlm_unsupported_reason() is not None
 
 
-@pytest.mark.parametrize(
-    "overrides, key",
-    [
-        (["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"], "ulysses_sequence_parallel_size=2"),
-        (["actor_rollout_ref.rollout.mode=async"], "agent-loop"),
-    ],
-)
-def test_unsupported_vlm_settings_are_refused(workspace, overrides, key):
-    with pytest.raises(ConfigError, match=key):
-        _check(workspace, *overrides)
+def test_agent_loops_with_a_vlm_are_refused(workspace):
+    with pytest.raises(ConfigError, match="agent-loop"):
+        _check(workspace, "actor_rollout_ref.rollout.mode=async")
+
+
+def test_sequence_parallelism_with_a_qwen_vl_is_accepted(workspace):
+    sp = ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.model.use_remove_padding=True"]
+    _check(workspace, *sp)
 
 
 def test_vlm_critic_is_refused(workspace):

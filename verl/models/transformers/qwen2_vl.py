@@ -18,6 +18,7 @@ __all__ = [
     "mm_token_type_ids",
     "generation_inputs",
     "packed_position_ids",
+    "ulysses_text_model",
     "rope_tokens_per_second",
     "IMAGE_TOKEN",
     "VIDEO_TOKEN",
@@ -152,3 +153,49 @@ def generation_inputs(model_config, input_ids: torch.Tensor, multi_modal_inputs)
     video_id = getattr(model_config, "video_token_id", None)
     kwargs["mm_token_type_ids"] = mm_token_type_ids(input_ids, model_config.image_token_id, video_id)
     return kwargs
+
+
+def _text_model(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The language model inside a Qwen-VL model (``model.model.language_model`` in transformers 5), or None."""
+    for name, module in model.named_modules():
+        if name.endswith("language_model") and type(module).__name__.endswith("TextModel"):
+            return module
+    return None
+
+
+def ulysses_text_model(model: torch.nn.Module) -> bool:
+    """Make a Qwen-VL model's text model keep only this Ulysses SP rank's slice of the sequence.
+
+    Under sequence parallelism each rank gets the whole packed row of input ids (padded to a multiple of sp): the
+    image embeddings are scattered into the text embeddings at the image pad tokens, which may sit on any rank's
+    slice. The text model then drops the other ranks' tokens (``inputs_embeds`` and every row of ``position_ids``)
+    before its layers; the patched attention (``monkey_patch.ulysses_attention``) all-to-alls across the SP group as
+    for text models. A pass-through when no SP group of more than one rank is set. Returns False when ``model``
+    has no Qwen-VL text model.
+    """
+    import functools
+
+    from verl.utils.ulysses import get_ulysses_sequence_parallel_world_size, slice_input_tensor
+
+    text_model = _text_model(model)
+    if text_model is None:
+        return False
+    if getattr(text_model, "_verl_ulysses_sliced", False):
+        return True
+    base_forward = text_model.forward
+
+    @functools.wraps(base_forward)
+    def forward(*args, inputs_embeds=None, position_ids=None, **kwargs):
+        if get_ulysses_sequence_parallel_world_size() > 1 and inputs_embeds is not None:
+            inputs_embeds = slice_input_tensor(inputs_embeds, dim=1, padding=False)
+            if position_ids is not None:
+                position_ids = slice_input_tensor(position_ids, dim=-1, padding=False)
+        return base_forward(*args, inputs_embeds=inputs_embeds, position_ids=position_ids, **kwargs)
+
+    text_model.forward = forward
+    text_model._verl_ulysses_sliced = True
+    # the vision tower runs on every rank over all patches (its attention spans one image): keep it out of SP
+    for name, module in model.named_modules():
+        if ".visual." in f".{name}.":
+            module._verl_ulysses_skip = True
+    return True
