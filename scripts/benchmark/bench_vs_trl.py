@@ -45,6 +45,14 @@ SIZES = {
         "tie_word_embeddings": True,
     },
 }
+# ours in bf16: the actor computes in bf16 over fp32 master weights, the frozen reference is loaded in bf16
+PRECISION_OVERRIDES = {
+    "fp32": [],
+    "bf16": [
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+        "+actor_rollout_ref.ref.fsdp_config.model_dtype=bf16",
+    ],
+}
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "reward")
 
 
@@ -57,11 +65,15 @@ class TreeMemory:
     """Samples the resident memory of a process and all its descendants (Ray's workers included) every 0.2 s.
 
     Keeps the peak of the sum and each group's peak; a process is grouped by its command line (Ray names its
-    worker processes ``ray::<Class>.<method>``)."""
+    worker processes ``ray::<Class>.<method>``). Summed RSS counts a page shared by several processes (the torch
+    and vLLM libraries every worker maps, Ray's shared-memory object store) once per process, so the peak of the
+    summed PSS (proportional set size: a shared page split between its sharers) is kept too: that is the memory
+    the run takes from the host."""
 
     def __init__(self, pid: int, groups: dict[str, str]) -> None:
         self.pid, self.groups = pid, groups
         self.peak_total = 0
+        self.peak_pss = 0
         self.peak_by_group: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -91,24 +103,47 @@ class TreeMemory:
             root = psutil.Process(self.pid)
         except psutil.NoSuchProcess:
             return
+        last_pss = 0.0
+        groups: dict[int, str] = {}  # a pid keeps its group; Ray renames a worker's title per method, not its class
         while not self._stop.is_set():
             try:
                 procs = [root, *root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 return
-            total, by_group = 0, {}
+            total, by_group, rss_of = 0, {}, {}
             for proc in procs:
                 try:
-                    rss = proc.memory_info().rss
+                    rss_of[proc.pid] = rss = proc.memory_info().rss
                 except psutil.Error:
                     continue
                 total += rss
-                group = self._group(proc)
+                group = groups.get(proc.pid) or self._group(proc)
+                if group != "other":  # a Ray worker starts as default_worker.py and takes its class name later
+                    groups[proc.pid] = group
                 by_group[group] = by_group.get(group, 0) + rss
+            # PSS walks every mapping of every process (and holds their memory maps' locks meanwhile), which would
+            # slow the measured run (~50 ms per worker): read it at most once a second, and only near the RSS
+            # peak, where the PSS peak is too.
+            if total >= 0.97 * self.peak_total and time.monotonic() - last_pss >= 1.0:
+                pss = sum(_pss_bytes(pid) or rss for pid, rss in rss_of.items())
+                self.peak_pss = max(self.peak_pss, pss)
+                last_pss = time.monotonic()
             self.peak_total = max(self.peak_total, total)
             for group, rss in by_group.items():
                 self.peak_by_group[group] = max(self.peak_by_group.get(group, 0), rss)
             self._stop.wait(0.2)
+
+
+def _pss_bytes(pid: int) -> int | None:
+    """A process's proportional set size from ``/proc/<pid>/smaps_rollup`` (Linux), or None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def run_measured(cmd: list[str], env: dict, groups: dict[str, str], log_path: str) -> TreeMemory:
@@ -150,13 +185,17 @@ def trl_child(args) -> None:
 
     steps: list[float] = []
     tokens: list[int] = []
+    phases: list[dict] = []
+    phase_timer = TRLPhaseTimer(GRPOTrainer)
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **k):
+            phase_timer.reset()
             self.start = time.perf_counter()
 
         def on_step_end(self, *a, **k):
             steps.append(time.perf_counter() - self.start)
+            phases.append(phase_timer.seconds())
 
         def on_log(self, _args, state, control, logs=None, **k):
             if logs and "completions/mean_length" in logs:
@@ -165,7 +204,7 @@ def trl_child(args) -> None:
     config = GRPOConfig(
         output_dir=os.path.join(args.work_dir, "trl_out"),
         use_cpu=True,
-        bf16=False,
+        bf16=args.precision == "bf16",
         per_device_train_batch_size=args.prompts * args.n,
         num_generations=args.n,
         max_completion_length=args.response_length,
@@ -190,7 +229,45 @@ def trl_child(args) -> None:
     )
     trainer.train()
     with open(args.result, "w") as f:
-        json.dump({"step_s": steps, "tokens": tokens}, f)
+        json.dump({"step_s": steps, "tokens": tokens, "phases": phases}, f)
+
+
+class TRLPhaseTimer:
+    """Wraps GRPOTrainer's generate and log-prob methods to time them per step: ``gen``; ``ref`` (log-probs under
+    no grad: the reference model, and old log-probs when TRL needs them); ``update_fwd`` (the training forward with
+    grad). The rest of TRL's step is its backward, optimizer and bookkeeping."""
+
+    def __init__(self, trainer_cls) -> None:
+        self._seconds: dict[str, float] = {}
+        self._wrap(trainer_cls, "_generate", lambda: "gen")
+        self._wrap(trainer_cls, "_get_per_token_logps_and_entropies", self._logp_phase)
+
+    @staticmethod
+    def _logp_phase() -> str:
+        import torch
+
+        return "update_fwd" if torch.is_grad_enabled() else "ref"
+
+    def _wrap(self, cls, name: str, phase_of) -> None:
+        inner = getattr(cls, name, None)
+        if inner is None:  # another TRL release: time the step only
+            return
+
+        def timed(*a, **k):
+            start = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                phase = phase_of()
+                self._seconds[phase] = self._seconds.get(phase, 0.0) + time.perf_counter() - start
+
+        setattr(cls, name, timed)
+
+    def reset(self) -> None:
+        self._seconds = {}
+
+    def seconds(self) -> dict[str, float]:
+        return dict(self._seconds)
 
 
 # ------------------------------------------------------------------------------------------------ our side
@@ -222,6 +299,7 @@ def our_overrides(args, model: str, work_dir: str) -> list[str]:
         "trainer.val_before_train=False",
         "trainer.logger=['console']",
         f"trainer.default_local_dir={work_dir}/ours",
+        *PRECISION_OVERRIDES[args.precision],
         *args.extra,
     ]
 
@@ -243,6 +321,7 @@ def measure_ours(args, model: str, work_dir: str) -> float:
     tokens = median_after_warmup([h["response_length/mean"] * args.prompts * args.n for h in history])
     emit(f"{tag}_tokens_per_s", round(tokens / step, 1))
     emit(f"{tag}_peak_rss_gb", round(memory.peak_total / 2**30, 2))
+    emit(f"{tag}_peak_pss_gb", round(memory.peak_pss / 2**30, 2))
     for group, rss in sorted(memory.peak_by_group.items()):
         emit(f"{tag}_peak_rss_gb_{group}", round(rss / 2**30, 2))
     return step
@@ -270,6 +349,13 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--micro", type=int, default=None, help="samples per micro batch (default: all of a rank's)")
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="training precision of both sides: fp32, or bf16 compute (TRL's bf16=True autocast; ours FSDP mixed "
+        "precision with fp32 master weights, as verl on GPUs)",
+    )
     parser.add_argument("--skip-trl", action="store_true", help="measure only our side")
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("extra", nargs="*", help="extra Hydra overrides for main_ppo")
@@ -289,7 +375,15 @@ def main(argv=None) -> int:
     model = make_tiny_model_dir(os.path.join(work_dir, f"model_{args.size}"), **SIZES[args.size])
     args.train_file = resolve_builtin_path("builtin://arithmetic/train.parquet")
     n_params = _count_params(model)
-    emit("model", args.size, parameters=n_params, rollout=args.rollout, prompts=args.prompts, n=args.n)
+    emit(
+        "model",
+        args.size,
+        parameters=n_params,
+        rollout=args.rollout,
+        prompts=args.prompts,
+        n=args.n,
+        precision=args.precision,
+    )
     cores = os.cpu_count() or 1
 
     ratio_inputs = {}
@@ -307,6 +401,8 @@ def main(argv=None) -> int:
             str(args.prompts),
             "--n",
             str(args.n),
+            "--precision",
+            args.precision,
         ]
         cmd += ["--response-length", str(args.response_length), "--kl-coef", str(args.kl_coef), "--lr", str(args.lr)]
         env = {**os.environ, "OMP_NUM_THREADS": str(cores), "TOKENIZERS_PARALLELISM": "false"}
@@ -316,9 +412,14 @@ def main(argv=None) -> int:
         trl_step = median_after_warmup(trl["step_s"])
         ratio_inputs["trl"] = trl_step
         emit("trl_step_s", round(trl_step, 3), steps=[round(s, 2) for s in trl["step_s"]])
+        for phase in ("gen", "ref", "update_fwd"):
+            values = [p.get(phase, 0.0) for p in trl.get("phases", [])]
+            if any(values):
+                emit(f"trl_phase_{phase}_s", round(median_after_warmup(values), 3))
         if trl["tokens"]:
             emit("trl_tokens_per_s", round(median_after_warmup(trl["tokens"]) / trl_step, 1))
         emit("trl_peak_rss_gb", round(memory.peak_total / 2**30, 2))
+        emit("trl_peak_pss_gb", round(memory.peak_pss / 2**30, 2))
 
     for rollout in args.rollout.split(","):
         args_r = argparse.Namespace(**{**vars(args), "rollout": rollout})

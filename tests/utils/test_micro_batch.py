@@ -75,3 +75,23 @@ def test_trim_padding_columns_keeps_every_used_column_and_the_prompt_edge():
     assert kept == 0 and t_mask.shape[-1] == 2
     mrope = pos.unsqueeze(1).expand(2, 3, 7)  # (b, 3, L) rope index of vision-language models
     assert mb.trim_padding_columns(ids, mask, mrope, 3)[2].shape == (2, 3, 5)
+
+
+def test_response_logits_only_gives_the_response_positions_logits_exactly():
+    # logits_to_keep computes the lm-head only where log-probs are read: the last kept + 1 positions
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64,
+    )  # fmt: skip
+    model = Qwen2ForCausalLM(cfg).eval()
+    mask = torch.tensor([[0, 1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 0]])
+    ids, pos = (torch.arange(14).view(2, 7) * mask) % 64, compute_position_id_with_mask(mask)
+    with torch.no_grad():
+        full, kept = mb.padded_forward(model, ids, mask, pos, response_length=3)
+        only, kept_only = mb.padded_forward(model, ids, mask, pos, response_length=3, response_logits_only=True)
+    assert kept == kept_only == 2
+    assert only.logits.shape[1] == kept + 1 < full.logits.shape[1]
+    assert torch.equal(only.logits, full.logits[:, -kept - 1 :])
+    # a model without logits_to_keep (a critic's value head) gets the full forward
+    assert not mb._takes_logits_to_keep(torch.nn.Linear(2, 2))

@@ -9,6 +9,7 @@ GPU, a packed-sequence mask for sdpa/eager); for older releases an explicit 4-D 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import logging
 
@@ -144,19 +145,33 @@ def padded_forward(
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     response_length: int,
+    response_logits_only: bool = False,
     **model_kwargs,
 ):
     """``module``'s output over the padded batch with the all-padding columns trimmed (:func:`trim_padding_columns`),
-    and how many response columns it covers: the last ``kept + 1`` positions predict the kept response tokens."""
+    and how many response columns it covers: the last ``kept + 1`` positions predict the kept response tokens.
+
+    ``response_logits_only``: a causal LM computes logits for those last ``kept + 1`` positions only (HF's
+    ``logits_to_keep``), where the model takes it. Exact: the other positions' logits are never read, and with a
+    big vocabulary the lm-head and softmax over the prompt's positions are a large share of the cost.
+    """
     input_ids, attention_mask, position_ids, kept = trim_padding_columns(
         input_ids, attention_mask, position_ids, response_length
     )
+    if response_logits_only and _takes_logits_to_keep(module):
+        model_kwargs["logits_to_keep"] = kept + 1
     if position_ids.dim() == 3:  # mrope (bs, 3, seqlen): Qwen-VL models take (3, bs, seqlen)
         position_ids = position_ids.transpose(0, 1)
     output = module(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **model_kwargs
     )
     return output, kept
+
+
+def _takes_logits_to_keep(module: nn.Module) -> bool:
+    """Whether ``module``'s forward (through a PEFT wrapper) accepts HF's ``logits_to_keep``."""
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def pack_padded_inputs(

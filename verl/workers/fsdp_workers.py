@@ -31,7 +31,13 @@ from verl.utils.batch_sizes import (
 )
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension, ProfilerConfig
-from verl.utils.device import get_device_id, get_device_name, peak_rss_gb
+from verl.utils.device import (
+    get_device_id,
+    get_device_name,
+    is_accelerator_available,
+    peak_rss_gb,
+    release_freed_host_memory,
+)
 from verl.utils.import_utils import import_external_libs
 from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 from verl.workers.fsdp_setup import (
@@ -94,6 +100,22 @@ def _reports_compute_time(func):
         output = func(self, *args, **kwargs)
         output.meta_info.setdefault("timing", {})[f"worker/{func.__name__}"] = time.perf_counter() - start
         return output
+
+    return wrapper
+
+
+def _releases_host_memory(func):
+    """On a CPU-only machine, return the memory the call freed to the OS when it ends (see
+    :func:`release_freed_host_memory`): otherwise each phase's freed tensors stay resident beside the next one's."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return func(self, *args, **kwargs)
+        finally:
+            if not is_accelerator_available():
+                release_freed_host_memory()
 
     return wrapper
 
@@ -256,6 +278,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
 
     # ------------------------------------------------------------------------------------------------ methods
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_releases_host_memory
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses for left-padded prompts (n per prompt, interleaved)."""
         assert self._is_rollout, f"generate_sequences needs a rollout role, this worker is {self.role!r}"
@@ -295,6 +318,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         data.meta_info["temperature"] = self.config.rollout.temperature
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_releases_host_memory
     @_reports_compute_time
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ``(bs, response_length)`` under the current policy."""
@@ -313,6 +337,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_releases_host_memory
     @_reports_compute_time
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` ``(bs, response_length)`` under the frozen reference (LoRA: adapters disabled)."""
@@ -328,6 +353,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_releases_host_memory
     @_reports_compute_time
     def update_actor(self, data: DataProto) -> DataProto:
         """One PPO update over ``data``; returns ``meta_info["metrics"]`` (lists per key)."""
@@ -448,6 +474,7 @@ class CriticWorker(Worker, DistProfilerExtension):
         self.offload.attach(self.critic_module, self.critic_optimizer)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_releases_host_memory
     @_reports_compute_time
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` ``(bs, response_length)`` for the responses in ``data``."""
@@ -460,6 +487,7 @@ class CriticWorker(Worker, DistProfilerExtension):
         return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @_releases_host_memory
     @_reports_compute_time
     def update_critic(self, data: DataProto) -> DataProto:
         """One value-function update; returns ``meta_info["metrics"]``."""

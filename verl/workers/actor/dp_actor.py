@@ -136,7 +136,13 @@ class DataParallelPPOActor(BasePPOActor):
                     entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
             else:
                 output, kept = padded_forward(
-                    self.actor_module, input_ids, attention_mask, position_ids, response_length, **mm_kwargs
+                    self.actor_module,
+                    input_ids,
+                    attention_mask,
+                    position_ids,
+                    response_length,
+                    response_logits_only=True,
+                    **mm_kwargs,
                 )
                 logits = output.logits
                 logits.div_(temperature)
