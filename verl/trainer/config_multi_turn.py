@@ -124,16 +124,22 @@ def _check_agent_loops(config, check_files: bool) -> None:
                 _check_agent_names(data_key, str(path), names)
 
 
-def _check_agent_names(key: str, path: str, names: set[str]) -> None:
-    """Every ``agent_name`` of a local parquet file names a registered loop."""
+def _local_parquet_column(path: str, column: str) -> list | None:
+    """The values of ``column`` in a local parquet file (None where the column is absent: one None per row);
+    None for a path that is not a local parquet file (remote files are checked when the dataset loads them)."""
     local = os.path.expanduser(path)
     if not path.endswith(".parquet") or not os.path.isfile(local):
-        return
+        return None
     import pyarrow.parquet as pq
 
-    if "agent_name" not in pq.read_schema(local).names:
-        return
-    for index, name in enumerate(pq.read_table(local, columns=["agent_name"]).column("agent_name").to_pylist()):
+    if column not in pq.read_schema(local).names:
+        return [None] * pq.read_metadata(local).num_rows
+    return pq.read_table(local, columns=[column]).column(column).to_pylist()
+
+
+def _check_agent_names(key: str, path: str, names: set[str]) -> None:
+    """Every ``agent_name`` of a local parquet file names a registered loop."""
+    for index, name in enumerate(_local_parquet_column(path, "agent_name") or []):
         if name and name not in names:
             raise ConfigError(
                 f"{key}: row {index} of {path} has agent_name={name!r}, which is not a registered agent loop; "
@@ -166,16 +172,9 @@ def _check_classes(path: str, key: str, section: str) -> dict[str, tuple[str, ..
 
 def _check_tools_kwargs(key: str, path: str, required: dict[str, tuple[str, ...]]) -> None:
     """Every row of a local parquet file carries the ``create_kwargs`` its offered tools need."""
-    if not required or not path.endswith(".parquet") or not os.path.isfile(os.path.expanduser(path)):
+    if not required:
         return
-    import pyarrow.parquet as pq
-
-    local = os.path.expanduser(path)
-    if "extra_info" in pq.read_schema(local).names:
-        rows = pq.read_table(local, columns=["extra_info"]).column("extra_info").to_pylist()
-    else:
-        rows = [{}] * pq.read_metadata(local).num_rows
-    for index, extra in enumerate(rows):
+    for index, extra in enumerate(_local_parquet_column(path, "extra_info") or []):
         tools_kwargs = (extra or {}).get("tools_kwargs") or {}
         offered = list(tools_kwargs) if tools_kwargs else list(required)  # a row naming no tools gets them all
         for name in offered:

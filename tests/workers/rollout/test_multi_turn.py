@@ -416,6 +416,20 @@ def test_a_failing_agent_loop_fails_the_call_and_leaves_no_trajectory_running(to
     assert len(out) == 2
 
 
+def test_a_user_loop_returning_an_oversize_prompt_is_refused_naming_the_row(tokenizer):
+    from verl.experimental.agent_loop import AgentLoopBase, AgentLoopOutput, register
+
+    @register("oversize_prompt_agent")
+    class OversizePromptLoop(AgentLoopBase):  # skips checked_prompt: the runner checks again
+        async def run(self, **kwargs):
+            too_long = [0] * (self.context.config.prompt_length + 1)
+            return AgentLoopOutput(prompt_ids=too_long, response_ids=[1], response_mask=[1], num_turns=1)
+
+    rollout, _ = _rollout(tokenizer, [CALL, "The answer is 360."])
+    with pytest.raises(ValueError, match=r"row 1: the prompt \(OversizePromptLoop.*more than rollout.prompt_length"):
+        rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent", "oversize_prompt_agent"]))
+
+
 def test_async_single_turn_agent_on_hf_equals_the_sync_rollout_greedy(tmp_path):
     """mode=async, rows without agent_name: the single-turn loop (turns batched on the HF engine) gives the same
     greedy responses as the plain sync HF rollout on the dataset's prompt ids."""

@@ -42,19 +42,11 @@ __all__ = [
     "MultiTurnRollout",
     "TurnEngine",
     "pop_agent_loop_metrics",
-    "truncate_text",
 ]
 
 AGENT_LOOP_METRICS = "agent_loop_metrics"  # the output's per-trajectory metrics column
 # meta_info key: the row columns lent to the agent loops for reading, left out of the output (the trainer keeps them)
 ROW_CONTEXT_KEYS = "row_context_keys"
-
-
-def truncate_text(text: str, limit: int, side: str) -> str:
-    """See ``verl.experimental.agent_loop.tool_agent_loop.truncate_text``."""
-    from verl.experimental.agent_loop.tool_agent_loop import truncate_text as truncate
-
-    return truncate(text, limit, side)
 
 
 class AgentLoopRollout(BaseRollout):
@@ -166,12 +158,8 @@ class AgentLoopRollout(BaseRollout):
 
     def _check_output(self, agent_loop, output) -> None:
         name = type(agent_loop).__name__
-        prompt_len, response_len = self.config.prompt_length, self.config.response_length
-        if len(output.prompt_ids) > prompt_len:
-            raise ValueError(
-                f"row {agent_loop.row}: the prompt ({name}, with its tool schemas) is {len(output.prompt_ids)} "
-                f"tokens, more than rollout.prompt_length={prompt_len} (data.max_prompt_length); raise it"
-            )
+        response_len = self.config.response_length
+        agent_loop.checked_prompt(output.prompt_ids)  # again: a user's loop may not have checked it
         if len(output.response_ids) > response_len or len(output.response_mask) != len(output.response_ids):
             raise ValueError(
                 f"row {agent_loop.row}: {name} returned {len(output.response_ids)} response ids with a mask of "
