@@ -115,6 +115,23 @@ def test_resolve_fsdp_version_on_cpu():
         resolve_fsdp_version("megatron")
 
 
+def test_cpu_compute_dtype_defaults_to_the_stored_dtype(monkeypatch):
+    # a model loaded in bf16 (fsdp_config.model_dtype=bf16) computes in bf16 on CPU, not upcast to fp32 per forward
+    import verl.utils.fsdp_utils as fu
+
+    monkeypatch.setattr(fu, "is_accelerator_available", lambda: False)
+    assert fu._mixed_precision_dtypes(None, torch.bfloat16)[0] == torch.bfloat16
+    assert fu._mixed_precision_dtypes({}, torch.float32) == (torch.float32,) * 3
+    assert fu._mixed_precision_dtypes({"param_dtype": "fp32"}, torch.bfloat16)[0] == torch.float32  # configured wins
+    monkeypatch.setattr(fu, "is_accelerator_available", lambda: True)
+    assert fu._mixed_precision_dtypes(None, torch.float32)[0] == torch.bfloat16  # verl's accelerator default
+    # FSDP2: no policy when computing in the stored dtype (inputs uncast); bf16 compute keeps fp32 gradient reduction
+    plain = fu._mixed_precision_policy(torch.float32, torch.float32, torch.float32)
+    assert plain.param_dtype is None and plain.reduce_dtype is None
+    mixed = fu._mixed_precision_policy(torch.bfloat16, torch.float32, torch.float32)
+    assert mixed.param_dtype == torch.bfloat16 and mixed.reduce_dtype == torch.float32
+
+
 def test_wrap_policy_and_plain_clip():
     model = _make_model()
     assert get_fsdp_wrap_policy(model, {"disable": True}) is None

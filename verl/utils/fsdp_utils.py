@@ -400,15 +400,28 @@ def load_fsdp_optimizer(optimizer: torch.optim.Optimizer, device_id) -> None:
 # ------------------------------------------------------------------------------------------------------------
 # one entry point for the workers
 # ------------------------------------------------------------------------------------------------------------
-def _mixed_precision_dtypes(mixed_precision_config) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
+def _mixed_precision_dtypes(
+    mixed_precision_config, stored_dtype: torch.dtype = torch.float32
+) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
     cfg = mixed_precision_config or {}
-    # bf16 compute on a CPU without bf16 units is emulated and slow, so CPU defaults to fp32 unless configured.
-    default_param = "bf16" if is_accelerator_available() else "fp32"
+    # bf16 compute on a CPU without bf16 units is emulated and slow, so on CPU the model computes in the dtype it is
+    # stored in (fp32 unless fsdp_config.model_dtype says otherwise) unless configured.
+    default_param = "bf16" if is_accelerator_available() else stored_dtype
     return (
         _to_dtype(cfg.get("param_dtype", default_param), "mixed_precision.param_dtype"),
         _to_dtype(cfg.get("reduce_dtype", "fp32"), "mixed_precision.reduce_dtype"),
         _to_dtype(cfg.get("buffer_dtype", "fp32"), "mixed_precision.buffer_dtype"),
     )
+
+
+def _mixed_precision_policy(param_dtype, reduce_dtype, stored: torch.dtype) -> MixedPrecisionPolicy:
+    """FSDP2's policy. Computing in the stored dtype needs none, and none also leaves forward inputs uncast, so a
+    caller may run the module with weights of another dtype (the HF rollout's bf16 decode on CPU)."""
+    if param_dtype == stored:
+        param_dtype = None
+        # FSDP2 reduces in the param dtype by default, which is then the stored one
+        reduce_dtype = None if reduce_dtype == stored else reduce_dtype
+    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True)
 
 
 def resolve_fsdp_version(strategy: str) -> int:
@@ -434,13 +447,15 @@ def wrap_model_for_training(
 
     ``fsdp_config`` is an ``fsdp_config`` section (``wrap_policy``, ``reshard_after_forward``, ``forward_prefetch``,
     ``offload_policy``); ``mixed_precision_config`` has ``param_dtype``/``reduce_dtype``/``buffer_dtype`` (default
-    bf16/fp32/fp32 on accelerators, fp32 params on CPU). ``cpu_offload``: None -> ``fsdp_config.offload_policy``
-    (FSDP2) / off (FSDP1); the reference policy passes True. Parameter offload is ignored on CPU-only machines.
+    bf16/fp32/fp32 on accelerators; on CPU the model computes in the dtype it is stored in). ``cpu_offload``: None
+    -> ``fsdp_config.offload_policy`` (FSDP2) / off (FSDP1); the reference policy passes True. Parameter offload is
+    ignored on CPU-only machines.
     ``torch.distributed`` must be initialised; rank 0's weights are broadcast to the other ranks.
     Returns the FSDP1 wrapper or the (in place) ``fully_shard``-ed module.
     """
     fsdp_config = {} if fsdp_config is None else fsdp_config
-    param_dtype, reduce_dtype, buffer_dtype = _mixed_precision_dtypes(mixed_precision_config)
+    stored = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+    param_dtype, reduce_dtype, buffer_dtype = _mixed_precision_dtypes(mixed_precision_config, stored)
     version = resolve_fsdp_version(strategy)
     if version == 1:
         wrap_cfg = {"disable": True} if disable_wrap_policy else fsdp_config.get("wrap_policy", None)
@@ -462,7 +477,7 @@ def wrap_model_for_training(
     offload_policy = CPUOffloadPolicy(pin_memory=True) if cpu_offload and is_accelerator_available() else None
     fsdp_kwargs = {
         "mesh": device_mesh,
-        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True),
+        "mp_policy": _mixed_precision_policy(param_dtype, reduce_dtype, stored),
         "offload_policy": offload_policy if offload_policy is not None else _no_offload(),
         "reshard_after_forward": fsdp_config.get("reshard_after_forward", True),
     }

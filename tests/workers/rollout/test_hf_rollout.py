@@ -179,3 +179,35 @@ def test_generation_and_dataloader_emit_no_deprecation_warnings(model, recwarn, 
         StatefulDataLoader(list(range(4)), batch_size=2)
     notices = [str(w.message) for w in recwarn] + [r.getMessage() for r in caplog.records]
     assert not [n for n in notices if "deprecat" in n.lower()], notices
+
+
+def test_weights_cast_to_gives_half_copies_and_puts_the_originals_back():
+    from verl.workers.rollout.hf_rollout import weights_cast_to
+
+    model = tiny_lm()
+    model.lm_head.weight = model.model.embed_tokens.weight  # tied, as in many small models
+    originals = {name: (p.data_ptr(), p.data.clone()) for name, p in model.named_parameters()}
+    with weights_cast_to(model, torch.bfloat16):
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+    for name, p in model.named_parameters():
+        pointer, values = originals[name]
+        assert p.data_ptr() == pointer and torch.equal(p.data, values), name  # the same fp32 storage, untouched
+
+
+@pytest.mark.parametrize(
+    "native_bf16, rollout_dtype, expected",
+    [(True, "bfloat16", torch.bfloat16), (False, "bfloat16", torch.float32), (True, "float32", torch.float32)],
+)
+def test_cpu_generation_decodes_in_rollout_dtype_where_the_cpu_has_native_bf16(
+    monkeypatch, native_bf16, rollout_dtype, expected
+):
+    import verl.utils.vllm_cpu as vllm_cpu
+
+    monkeypatch.setattr(vllm_cpu, "cpu_has_native_bf16", lambda: native_bf16)
+    model = tiny_lm()
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(module.lm_head.weight.dtype))
+    out = HFRollout(model, rollout_config(dtype=rollout_dtype)).generate_sequences(prompts(do_sample=False))
+    assert set(seen) == {expected} and len(out) == 3
+    assert next(model.parameters()).dtype == torch.float32  # the training weights stay fp32

@@ -19,7 +19,7 @@ from verl.utils.torch_functional import get_response_mask
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 
-__all__ = ["HFRollout", "build_rollout_output"]
+__all__ = ["HFRollout", "build_rollout_output", "weights_cast_to"]
 
 
 def build_rollout_output(
@@ -53,6 +53,20 @@ def build_rollout_output(
     )
 
 
+@contextlib.contextmanager
+def weights_cast_to(module: nn.Module, dtype: torch.dtype):
+    """Inside, ``module``'s floating-point parameters are ``dtype`` copies; the originals (fp32 masters, or an
+    unsharded FSDP view) are put back untouched on the way out. Tied weights stay tied (one parameter object)."""
+    saved = [(p, p.data) for p in module.parameters() if p.is_floating_point() and p.dtype != dtype]
+    try:
+        for param, data in saved:
+            param.data = data.to(dtype)
+        yield
+    finally:
+        for param, data in saved:
+            param.data = data
+
+
 class HFRollout(BaseRollout):
     """Sample responses with ``module.generate``; ``config`` is the ``actor_rollout_ref.rollout`` section.
 
@@ -77,18 +91,30 @@ class HFRollout(BaseRollout):
             outputs = [self._generate_minibatch(prompts[i : i + micro]) for i in range(0, batch_size, micro)]
         return DataProto.concat(outputs)
 
+    @contextlib.contextmanager
     def generation_context(self):
         """Unshard a sharded module for the whole call, so generation steps need no collectives (ranks stop at
-        different steps). Entering is a collective: every rank of the shard group must call generate_sequences."""
-        version = fsdp_version(self.module)
-        if version == 1:
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        different steps). Entering is a collective: every rank of the shard group must call generate_sequences.
 
-            # recurse=True also covers nested wrapped layers (verl disables the wrap policy for the HF rollout).
-            return FSDP.summon_full_params(self.module, writeback=False, recurse=True)
-        if version == 2:
-            return fsdp2_full_params(self.module)
-        return contextlib.nullcontext()
+        On CPU the weights decode in ``rollout.dtype`` (bf16 by default) where the CPU computes bf16 natively, as the
+        vLLM rollout does: decoding reads every weight once per token, and half-size weights run about 1.5x faster.
+        The trainer recomputes log-probs with the training weights, so only the samples see bf16 rounding."""
+        with contextlib.ExitStack() as stack:
+            version = fsdp_version(self.module)
+            if version == 1:
+                from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+                # recurse=True also covers nested wrapped layers (verl disables the wrap policy for the HF rollout).
+                stack.enter_context(FSDP.summon_full_params(self.module, writeback=False, recurse=True))
+            elif version == 2:
+                stack.enter_context(fsdp2_full_params(self.module))
+            if not is_accelerator_available():
+                from verl.utils.vllm_cpu import cpu_rollout_dtype
+
+                dtype = getattr(torch, cpu_rollout_dtype(self.config.dtype).replace("half", "float16"), None)
+                if isinstance(dtype, torch.dtype):
+                    stack.enter_context(weights_cast_to(self.module, dtype))
+            yield
 
     @staticmethod
     def _generation_kwargs(request: SamplingRequest) -> dict:
