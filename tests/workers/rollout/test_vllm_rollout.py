@@ -73,7 +73,8 @@ def make_prompts(tokenizer, eos=None, **meta) -> DataProto:
 
 
 def hf_greedy(model, prompts: DataProto) -> DataProto:
-    cfg = OmegaConf.create({"response_length": T, "do_sample": False, "n": 1, "top_k": 0})
+    # the fp32 reference (the HF rollout would otherwise decode in its default rollout.dtype, bf16, on CPUs with bf16)
+    cfg = OmegaConf.create({"response_length": T, "do_sample": False, "n": 1, "top_k": 0, "dtype": "float32"})
     return HFRollout(model, cfg).generate_sequences(prompts)
 
 
