@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from verl.models.transformers.qwen2_vl import IMAGE_TOKEN, VIDEO_TOKEN, mm_token_type_ids
+from verl.models.transformers.qwen2_vl import IMAGE_TOKEN, QWEN2_5_TOKENS_PER_SECOND, VIDEO_TOKEN, mm_token_type_ids
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class QwenVLProcessor:
         self.image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
         self.video_token_id = tokenizer.convert_tokens_to_ids(VIDEO_TOKEN)
         # the temporal scale of video positions (see verl.models.transformers.qwen2_vl.rope_tokens_per_second)
-        self.tokens_per_second = 2 if model_type == "qwen2_5_vl" else None
+        self.tokens_per_second = QWEN2_5_TOKENS_PER_SECOND if model_type == "qwen2_5_vl" else None
 
     def apply_chat_template(self, messages, **kwargs):
         """The tokenizer's chat template rendering (its template must render image parts as Qwen-VL does)."""

@@ -28,13 +28,13 @@ from verl.utils.ulysses import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["apply_monkey_patch", "ulysses_attention"]
+__all__ = ["ULYSSES_SKIP_ATTR", "apply_monkey_patch", "ulysses_attention"]
 
 _PATCHED_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4")
 _FLASH_VARLEN_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 _MARK = "_verl_ulysses_wrapped"
 # set on attention modules that see whole sequences on every rank (a VLM's vision tower): never all-to-all'd
-_SKIP = "_verl_ulysses_skip"
+ULYSSES_SKIP_ATTR = "_verl_ulysses_skip"
 
 
 def _block_causal_bool_mask(position_ids: torch.Tensor) -> torch.Tensor | None:
@@ -76,7 +76,7 @@ def ulysses_attention(base_fn):
     @functools.wraps(base_fn)
     def wrapper(module, query, key, value, attention_mask, *args, **kwargs):
         sp = get_ulysses_sequence_parallel_world_size()
-        if sp <= 1 or getattr(module, _SKIP, False):
+        if sp <= 1 or getattr(module, ULYSSES_SKIP_ATTR, False):
             return base_fn(module, query, key, value, attention_mask, *args, **kwargs)
         group = get_ulysses_sequence_parallel_group()
         num_heads = query.size(1)

@@ -21,13 +21,14 @@ __all__ = [
     "ulysses_text_model",
     "rope_tokens_per_second",
     "IMAGE_TOKEN",
+    "QWEN2_5_TOKENS_PER_SECOND",
     "VIDEO_TOKEN",
 ]
 
 IMAGE_TOKEN = "<|image_pad|>"
 VIDEO_TOKEN = "<|video_pad|>"
 # Qwen2.5-VL's vision_config.tokens_per_second in every released checkpoint; the processor does not carry it
-_QWEN2_5_TOKENS_PER_SECOND = 2
+QWEN2_5_TOKENS_PER_SECOND = 2
 
 
 def rope_tokens_per_second(processor) -> float | None:
@@ -35,7 +36,7 @@ def rope_tokens_per_second(processor) -> float | None:
     explicit = getattr(processor, "tokens_per_second", None)
     if explicit is not None:
         return explicit
-    return _QWEN2_5_TOKENS_PER_SECOND if "Qwen2_5" in type(processor).__name__ else None
+    return QWEN2_5_TOKENS_PER_SECOND if "Qwen2_5" in type(processor).__name__ else None
 
 
 def _token_id(processor, token: str) -> int:
@@ -175,6 +176,7 @@ def ulysses_text_model(model: torch.nn.Module) -> bool:
     """
     import functools
 
+    from verl.models.transformers.monkey_patch import ULYSSES_SKIP_ATTR
     from verl.utils.ulysses import get_ulysses_sequence_parallel_world_size, slice_input_tensor
 
     text_model = _text_model(model)
@@ -197,5 +199,5 @@ def ulysses_text_model(model: torch.nn.Module) -> bool:
     # the vision tower runs on every rank over all patches (its attention spans one image): keep it out of SP
     for name, module in model.named_modules():
         if ".visual." in f".{name}.":
-            module._verl_ulysses_skip = True
+            setattr(module, ULYSSES_SKIP_ATTR, True)
     return True

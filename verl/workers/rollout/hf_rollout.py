@@ -111,7 +111,7 @@ class HFRollout(BaseRollout):
             if not is_accelerator_available():
                 from verl.utils.vllm_cpu import cpu_rollout_dtype
 
-                dtype = getattr(torch, cpu_rollout_dtype(self.config.dtype).replace("half", "float16"), None)
+                dtype = getattr(torch, cpu_rollout_dtype(self.config.dtype), None)  # None for "auto": no cast
                 if isinstance(dtype, torch.dtype):
                     stack.enter_context(weights_cast_to(self.module, dtype))
             yield
