@@ -206,7 +206,7 @@ def _check_rollout(config, ctx: _Context) -> None:
             f"actor_rollout_ref.rollout.name={name!r} but {engine[0]} is not installed; install {engine[1]} "
             "or set actor_rollout_ref.rollout.name=hf"
         )
-    if name == "vllm":
+    if name in ("vllm", "hf"):  # the HF rollout decodes in it on CPU (HFRollout.generation_context)
         from verl.utils.vllm_cpu import VLLM_CPU_DTYPES
 
         _choice(config, "actor_rollout_ref.rollout.dtype", VLLM_CPU_DTYPES)

@@ -245,6 +245,13 @@ def test_vllm_on_cpu_refuses_a_head_size_its_attention_lacks(base_cfg, assets):
         check_ppo_config(_with(cfg, actor_rollout_ref__rollout__dtype="bf15"), check_paths=False)
 
 
+def test_hf_rollout_refuses_an_unknown_dtype(base_cfg):
+    """The HF rollout decodes in rollout.dtype on CPU: a value no engine knows is refused, not ignored."""
+    cfg = _with(base_cfg, actor_rollout_ref__rollout__name="hf", actor_rollout_ref__rollout__dtype="bf15")
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.dtype='bf15'"):
+        check_ppo_config(cfg, check_paths=False)
+
+
 def test_policy_loss_mode_reads_the_registry(base_cfg):
     """Every built-in loss passes; a loss a recipe registers before the check passes; an unknown name is refused
     with the key, the value and the registered choices (including the recipe's)."""
