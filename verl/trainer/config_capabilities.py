@@ -50,10 +50,11 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "actor_rollout_ref.model.use_liger=True: the Liger kernels are applied only by the SFT trainer here; "
             "set it False for PPO"
         )
-    if model.use_fused_kernels:
+    backend = model.fused_kernel_options.impl_backend
+    if model.use_fused_kernels and backend != "torch":
         raise ConfigError(
-            "actor_rollout_ref.model.use_fused_kernels=True is not implemented (log-probs come from chunked full "
-            "logits, which give the same values); set it False"
+            f"actor_rollout_ref.model.fused_kernel_options.impl_backend={backend!r}: only the 'torch' backend of "
+            "the fused log-prob head is built (it runs on CPU and GPU); set impl_backend=torch"
         )
     _check_unimplemented_switches(config)
     _check_fsdp1_only_keys(config, use_critic, use_ref, use_rm)

@@ -474,7 +474,13 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
             {"actor_rollout_ref__model__use_liger": True},
             "use_liger=True: the Liger kernels are applied only by the SFT",
         ),
-        ({"actor_rollout_ref__model__use_fused_kernels": True}, "use_fused_kernels=True is not implemented"),
+        (
+            {
+                "actor_rollout_ref__model__use_fused_kernels": True,
+                "actor_rollout_ref__model__fused_kernel_options__impl_backend": "triton",
+            },
+            "impl_backend='triton': only the 'torch' backend of the fused log-prob head is built",
+        ),
     ],
 )
 def test_settings_the_workers_cannot_honour_are_refused_before_ray(base_cfg, updates, expected):

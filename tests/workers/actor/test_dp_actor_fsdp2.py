@@ -3,6 +3,7 @@
 import os
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -19,7 +20,7 @@ CONFIG = dict(
 )
 
 
-def _worker(rank: int, out_path: str):
+def _worker(rank: int, out_path: str, fused: bool):
     torch.set_num_threads(1)
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -29,7 +30,8 @@ def _worker(rank: int, out_path: str):
     model = wrap_model_for_training(tiny_lm(), "fsdp2", mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     # The worker normalises the mini batch to per-rank samples: 6 rows over 2 ranks -> 3.
-    actor = DataParallelPPOActor(actor_config(ppo_mini_batch_size=B // WORLD, **CONFIG), model, opt)
+    config = actor_config(ppo_mini_batch_size=B // WORLD, use_fused_kernels=fused, **CONFIG)
+    actor = DataParallelPPOActor(config, model, opt)
     shard = rollout_batch().chunk(WORLD)[rank]
     data = log_prob_meta(shard, use_dynamic_bsz=True, max_token_len=11)
     log_probs, _ = actor.compute_log_prob(data)
@@ -41,9 +43,12 @@ def _worker(rank: int, out_path: str):
         torch.save({"log_probs": torch.cat(gathered), "state": state, "metrics": metrics}, out_path)
 
 
-def test_fsdp2_actor_matches_single_process(tmp_path):
+@pytest.mark.parametrize("fused", [False, True], ids=["logits", "fused_head"])
+def test_fsdp2_actor_matches_single_process(tmp_path, fused):
+    """fused_head: the fused log-prob head reads the head's weight while FSDP2 has it unsharded and its gradient
+    reaches the sharded parameter; the reference is the single-process actor on full logits."""
     out = str(tmp_path / "out.pt")
-    spawn_gloo_ranks(_worker, WORLD, out)
+    spawn_gloo_ranks(_worker, WORLD, out, fused)
     got = torch.load(out)
 
     model = tiny_lm()

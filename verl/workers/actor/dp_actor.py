@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.fused_logprobs import check_fusable_head, fused_output_head
 from verl.utils.micro_batch import (
     append_metrics,
     autocast_context,
@@ -27,6 +28,7 @@ from verl.utils.micro_batch import (
     slice_for_sequence_parallel,
     to_device,
     to_float,
+    trim_padding_columns,
     unpack_to_padded,
 )
 from verl.workers.actor.base import BasePPOActor
@@ -77,8 +79,7 @@ class DataParallelPPOActor(BasePPOActor):
                 "actor_rollout_ref.model.use_remove_padding=True"
             )
         if self.use_fused_kernels:
-            # The fused head only saves memory; the unfused path computes the same numbers.
-            logger.warning("use_fused_kernels=True is not implemented; computing log-probs from full logits")
+            check_fusable_head(actor_module)
         if config.entropy_from_logits_with_chunking:
             # as in verl, chunking (for memory) takes precedence over compiling (for speed)
             self._entropy_fn = verl_F.entropy_from_logits_with_chunking
@@ -126,14 +127,41 @@ class DataParallelPPOActor(BasePPOActor):
                 )
                 dtype = next(self.actor_module.parameters()).dtype
                 kwargs = packed_forward_kwargs(self.actor_module, pos_rmpad, dtype)
-                logits = self.actor_module(input_ids=ids_rmpad, **kwargs, **mm_kwargs).logits.squeeze(0)
-                logits.div_(temperature)
-                log_probs = verl_F.logprobs_from_logits(logits, labels.squeeze(0))
+                if self.use_fused_kernels:
+                    with fused_output_head(self.actor_module, labels, temperature, calculate_entropy) as fused:
+                        self.actor_module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
+                    log_probs, token_entropy = fused.log_probs.squeeze(0), fused.entropy
+                    if token_entropy is not None:
+                        token_entropy = token_entropy.squeeze(0) if entropy_grad else token_entropy.squeeze(0).detach()
+                else:
+                    logits = self.actor_module(input_ids=ids_rmpad, **kwargs, **mm_kwargs).logits.squeeze(0)
+                    logits.div_(temperature)
+                    log_probs = verl_F.logprobs_from_logits(logits, labels.squeeze(0))
+                    token_entropy = self._entropy(logits, entropy_grad) if calculate_entropy else None
                 log_probs = unpack_to_padded(gather_sequence_parallel(log_probs, sp, sp_pad), valid)
                 log_probs = log_probs[:, -response_length - 1 : -1]
                 if calculate_entropy:
-                    entropy = gather_sequence_parallel(self._entropy(logits, entropy_grad), sp, sp_pad)
+                    entropy = gather_sequence_parallel(token_entropy, sp, sp_pad)
                     entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
+            elif self.use_fused_kernels:
+                input_ids, attention_mask, position_ids, kept = trim_padding_columns(
+                    input_ids, attention_mask, position_ids, response_length
+                )
+                labels = responses[:, :kept]
+                with fused_output_head(self.actor_module, labels, temperature, calculate_entropy, kept) as fused:
+                    padded_forward(
+                        self.actor_module,
+                        input_ids,
+                        attention_mask,
+                        position_ids,
+                        kept,
+                        response_logits_only=True,
+                        **mm_kwargs,
+                    )
+                log_probs = _pad_responses(fused.log_probs, response_length)
+                if calculate_entropy:
+                    token_entropy = fused.entropy if entropy_grad else fused.entropy.detach()
+                    entropy = _pad_responses(token_entropy, response_length)
             else:
                 output, kept = padded_forward(
                     self.actor_module,
