@@ -342,3 +342,20 @@ def test_columns_of_padding_in_every_row_are_trimmed_without_changing_results():
     torch.testing.assert_close(log_probs[m], expected[m], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(entropys[m], -(logp.exp() * logp).sum(-1)[m], rtol=1e-5, atol=1e-5)
     assert (log_probs[:, -2:] == 0).all()  # the trimmed response columns hold no token of any row
+
+
+def test_cpu_micro_batches_hand_freed_memory_back_between_forward_and_backward(monkeypatch):
+    """On CPU the actor trims glibc's heaps after each log-prob micro batch, and before and after each backward,
+    so one micro batch's freed tensors do not stay resident beside the next allocations (the effect itself:
+    tests/utils/test_host_memory.py)."""
+    import verl.workers.actor.dp_actor as dp_actor
+
+    calls = []
+    monkeypatch.setattr(dp_actor, "release_freed_host_memory", lambda: calls.append(1))
+    model = tiny_lm()
+    actor = DataParallelPPOActor(actor_config(), model, torch.optim.SGD(model.parameters(), lr=0.1))
+    actor.compute_log_prob(log_prob_meta(rollout_batch(), micro_batch_size=2))
+    assert len(calls) == B // 2
+    calls.clear()
+    actor.update_policy(rollout_batch())  # mini batch 6, micro batch 2: three backward passes
+    assert len(calls) == 2 * (B // 2)

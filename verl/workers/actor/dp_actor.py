@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.device import release_freed_host_memory
 from verl.utils.fused_logprobs import check_fusable_head, fused_output_head
 from verl.utils.micro_batch import (
     append_metrics,
@@ -50,6 +51,15 @@ def _entropy_formula(logits: torch.Tensor) -> torch.Tensor:
     reduction over the vocabulary, forward and backward; eager, it would allocate two full-size float32 copies."""
     x = logits.float()
     return (torch.logsumexp(x, dim=-1) - (torch.softmax(x, dim=-1) * x).sum(-1)).to(logits.dtype)
+
+
+def _release_host_memory(device: torch.device) -> None:
+    """On CPU, hand the memory this micro batch freed back to the OS before the next allocations (see
+    :func:`verl.utils.device.release_freed_host_memory`). glibc otherwise keeps the forward's freed activations in
+    its heaps beside the backward's, and one micro batch's beside the next one's: on SmolLM2-135M's shape (micro
+    batch 4 x 282 tokens) the update's peak fell by 0.5 GB per process, at the same speed."""
+    if device.type == "cpu":
+        release_freed_host_memory()
 
 
 class DataParallelPPOActor(BasePPOActor):
@@ -213,6 +223,7 @@ class DataParallelPPOActor(BasePPOActor):
             log_probs_list.append(log_probs)
             if calculate_entropy:
                 entropy_list.append(entropy)
+            _release_host_memory(self.device)
         log_probs = restore_order(torch.cat(log_probs_list, dim=0), partitions)
         entropys = restore_order(torch.cat(entropy_list, dim=0), partitions) if calculate_entropy else None
         return log_probs, entropys
@@ -315,8 +326,10 @@ class DataParallelPPOActor(BasePPOActor):
                         loss = policy_loss * (response_mask.shape[0] / mini_batch_size)
                     else:
                         loss = policy_loss / self.gradient_accumulation
+                    _release_host_memory(self.device)  # the forward's freed temporaries, before the backward's
                     loss.backward()
                     append_metrics(metrics, step_metrics)
+                    _release_host_memory(self.device)
                 grad_norm = self._optimizer_step()
                 append_metrics(metrics, {"actor/grad_norm": to_float(grad_norm)})
         self.actor_optimizer.zero_grad()
