@@ -53,6 +53,8 @@ PRECISION_OVERRIDES = {
         "+actor_rollout_ref.ref.fsdp_config.model_dtype=bf16",
     ],
 }
+# Ray's own processes (GCS, raylet, log monitor, agents): a fixed cost of any Ray run, reported apart
+RAY_SYSTEM_MARKERS = ("gcs_server", "raylet", "log_monitor.py", "dashboard/agent.py", "runtime_env/agent", "monitor.py")
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "reward")
 
 
@@ -75,6 +77,7 @@ class TreeMemory:
         self.peak_total = 0
         self.peak_pss = 0
         self.peak_by_group: dict[str, int] = {}
+        self.pss_by_group_at_peak: dict[str, int] = {}  # where the summed-PSS peak sits, group by group
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -94,6 +97,12 @@ class TreeMemory:
         for name, marker in self.groups.items():
             if marker in cmdline:
                 return name
+        if proc.pid == self.pid:
+            return "driver"
+        if "default_worker.py" in cmdline:  # a Ray worker before it takes its class name: not grouped yet
+            return "other"
+        if any(marker in cmdline for marker in RAY_SYSTEM_MARKERS):
+            return "ray_system"
         return "other"
 
     def _run(self) -> None:
@@ -125,8 +134,13 @@ class TreeMemory:
             # slow the measured run (~50 ms per worker): read it at most once a second, and only near the RSS
             # peak, where the PSS peak is too.
             if total >= 0.97 * self.peak_total and time.monotonic() - last_pss >= 1.0:
-                pss = sum(_pss_bytes(pid) or rss for pid, rss in rss_of.items())
-                self.peak_pss = max(self.peak_pss, pss)
+                pss_by_group: dict[str, int] = {}
+                for pid, rss in rss_of.items():
+                    group = groups.get(pid, "other")
+                    pss_by_group[group] = pss_by_group.get(group, 0) + (_pss_bytes(pid) or rss)
+                pss = sum(pss_by_group.values())
+                if pss > self.peak_pss:
+                    self.peak_pss, self.pss_by_group_at_peak = pss, pss_by_group
                 last_pss = time.monotonic()
             self.peak_total = max(self.peak_total, total)
             for group, rss in by_group.items():
@@ -324,6 +338,8 @@ def measure_ours(args, model: str, work_dir: str) -> float:
     emit(f"{tag}_peak_pss_gb", round(memory.peak_pss / 2**30, 2))
     for group, rss in sorted(memory.peak_by_group.items()):
         emit(f"{tag}_peak_rss_gb_{group}", round(rss / 2**30, 2))
+    for group, pss in sorted(memory.pss_by_group_at_peak.items()):
+        emit(f"{tag}_pss_gb_at_peak_{group}", round(pss / 2**30, 2))
     return step
 
 
