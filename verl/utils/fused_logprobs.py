@@ -116,7 +116,9 @@ def fused_linear_logprobs(
     lead = hidden.shape[:-1]
     flat = hidden.reshape(-1, hidden.shape[-1])
     flat_labels = labels.reshape(-1).long()
-    log_probs, entropy = _FusedLinearLogProbs.apply(flat, weight, flat_labels, float(temperature), chunk_rows, with_entropy)
+    log_probs, entropy = _FusedLinearLogProbs.apply(
+        flat, weight, flat_labels, float(temperature), chunk_rows, with_entropy
+    )
     return log_probs.view(lead), (entropy.view(lead) if entropy is not None else None)
 
 
@@ -171,15 +173,18 @@ def fused_output_head(
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         if kept is not None:
             hidden = hidden[:, hidden.shape[1] - kept - 1 : -1]
-        result.log_probs, result.entropy = fused_linear_logprobs(
-            hidden, head.weight, labels, temperature, with_entropy
-        )
+        result.log_probs, result.entropy = fused_linear_logprobs(hidden, head.weight, labels, temperature, with_entropy)
         return result.log_probs  # the model reports it as its "logits"; callers read ``result``
 
     previous = head.__dict__.get("forward")  # an instance-level forward some wrapper set, if any
     head.forward = forward
     try:
         yield result
+        if result.log_probs is None:
+            raise RuntimeError(
+                f"use_fused_kernels=True: {type(_base_model(module)).__name__}'s forward never called its output head "
+                "(get_output_embeddings()); set actor_rollout_ref.model.use_fused_kernels=False"
+            )
     finally:
         if previous is None:
             del head.forward  # back to the class's forward

@@ -118,3 +118,13 @@ def test_temperature_is_applied_before_the_softmax():
     cold, _ = fused.compute_log_prob(data)
     m = response_mask(data)
     assert TEMPERATURE != 1.0 and not torch.allclose(hot[m], cold[m])
+
+
+def test_a_forward_that_skips_the_output_head_is_an_error_not_a_silent_none():
+    from verl.utils.fused_logprobs import fused_output_head
+
+    model = tiny_lm()
+    with pytest.raises(RuntimeError, match="never called its output head"):
+        with fused_output_head(model, torch.zeros(1, 1, dtype=torch.long), 1.0, with_entropy=False, kept=1):
+            model.model(input_ids=torch.tensor([[1, 2]]))  # the decoder alone: no head
+    assert "forward" not in model.lm_head.__dict__  # the head is restored even so

@@ -154,24 +154,9 @@ class DataParallelPPOActor(BasePPOActor):
                     entropy = gather_sequence_parallel(token_entropy, sp, sp_pad)
                     entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
             elif self.use_fused_kernels:
-                input_ids, attention_mask, position_ids, kept = trim_padding_columns(
-                    input_ids, attention_mask, position_ids, response_length
+                entropy, log_probs = self._fused_padded_forward(
+                    micro_batch, mm_kwargs, temperature, calculate_entropy, entropy_grad
                 )
-                labels = responses[:, :kept]
-                with fused_output_head(self.actor_module, labels, temperature, calculate_entropy, kept) as fused:
-                    padded_forward(
-                        self.actor_module,
-                        input_ids,
-                        attention_mask,
-                        position_ids,
-                        kept,
-                        response_logits_only=True,
-                        **mm_kwargs,
-                    )
-                log_probs = _pad_responses(fused.log_probs, response_length)
-                if calculate_entropy:
-                    token_entropy = fused.entropy if entropy_grad else fused.entropy.detach()
-                    entropy = _pad_responses(token_entropy, response_length)
             else:
                 output, kept = padded_forward(
                     self.actor_module,
@@ -189,6 +174,26 @@ class DataParallelPPOActor(BasePPOActor):
                 if calculate_entropy:
                     entropy = _pad_responses(self._entropy(logits, entropy_grad), response_length)
         return entropy, log_probs
+
+    def _fused_padded_forward(
+        self, micro_batch: dict, mm_kwargs: dict, temperature: float, calculate_entropy: bool, entropy_grad: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``_forward_micro_batch`` on padded inputs with the fused log-prob head (``use_fused_kernels``): the head
+        computes the kept response tokens' log-probs (and entropy) from the hidden states, no logits built."""
+        responses = micro_batch["responses"]
+        response_length = responses.size(-1)
+        input_ids, attention_mask, position_ids, kept = trim_padding_columns(
+            micro_batch["input_ids"], micro_batch["attention_mask"], micro_batch["position_ids"], response_length
+        )
+        labels = responses[:, :kept]
+        with fused_output_head(self.actor_module, labels, temperature, calculate_entropy, kept) as fused:
+            padded_forward(
+                self.actor_module, input_ids, attention_mask, position_ids, kept, response_logits_only=True, **mm_kwargs
+            )
+        entropy = None
+        if calculate_entropy:
+            entropy = _pad_responses(fused.entropy if entropy_grad else fused.entropy.detach(), response_length)
+        return entropy, _pad_responses(fused.log_probs, response_length)
 
     def _optimizer_step(self) -> torch.Tensor:
         """Clip gradients to ``grad_clip`` and step the optimizer (skipped when the norm is not finite)."""
