@@ -4,6 +4,8 @@ its 3-D positions itself (transformers' rope index and mask)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -81,7 +83,7 @@ def _reference_log_probs(model, batch: DataProto) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def _actor(model, use_remove_padding: bool) -> DataParallelPPOActor:
+def _actor(model, use_remove_padding: bool, use_fused_kernels: bool = False) -> DataParallelPPOActor:
     config = OmegaConf.create(
         {
             "strategy": "fsdp",
@@ -99,6 +101,7 @@ def _actor(model, use_remove_padding: bool) -> DataParallelPPOActor:
             "shuffle": False,
             "ulysses_sequence_parallel_size": 1,
             "use_remove_padding": use_remove_padding,
+            "use_fused_kernels": use_fused_kernels,
             "use_torch_compile": False,
         }
     )
@@ -120,10 +123,10 @@ def test_hf_rollout_samples_n_per_image_prompt_and_log_probs_match_the_model(pol
     batch.meta_info.update(micro_batch_size=3, use_dynamic_bsz=False, temperature=1.0)
     expected = _reference_log_probs(model, batch)
     response_mask = batch.batch["attention_mask"][:, -RESPONSE_LENGTH:].bool()
-    for use_remove_padding in (False, True):
-        log_probs, _ = _actor(model, use_remove_padding).compute_log_prob(batch)
+    for use_remove_padding, fused in itertools.product((False, True), (False, True)):
+        log_probs, _ = _actor(model, use_remove_padding, fused).compute_log_prob(batch)
         diff = (log_probs - expected)[response_mask].abs().max().item()
-        assert diff < 1e-4, f"use_remove_padding={use_remove_padding}: max |diff| {diff}"
+        assert diff < 1e-4, f"use_remove_padding={use_remove_padding}, use_fused_kernels={fused}: max |diff| {diff}"
 
 
 def test_update_reaches_the_vision_tower(policy):
