@@ -10,7 +10,7 @@ import shutil
 
 from verl.utils.batch_sizes import ConfigError
 
-__all__ = ["check_runtime_support"]
+__all__ = ["check_fused_head_model", "check_runtime_support"]
 
 
 def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool = False) -> None:
@@ -134,3 +134,15 @@ def _cxx_compiler() -> str | None:
         if found:
             return found
     return None
+
+
+def check_fused_head_model(config, text_config) -> None:
+    """``use_fused_kernels=True`` with a model whose head transforms its logits (soft-capping, a scale): refused
+    before Ray, since the fused head computes plain ``hidden @ weight.T``. ``text_config``: the policy's config."""
+    if not config.actor_rollout_ref.model.use_fused_kernels:
+        return
+    from verl.utils.fused_logprobs import logit_transform_reason
+
+    reason = logit_transform_reason(text_config)
+    if reason is not None:
+        raise ConfigError(f"actor_rollout_ref.model.use_fused_kernels=True: {reason}; set it False")

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from verl.trainer.config_capabilities import check_runtime_support
+from verl.trainer.config_capabilities import check_fused_head_model, check_runtime_support
 from verl.trainer.config_multi_turn import check_multi_turn
 from verl.trainer.config_vlm import check_vision_language_policy
 from verl.utils.batch_sizes import (
@@ -510,6 +510,7 @@ def _check_models(config, ctx: _Context) -> None:
             )
         if path_key == "actor_rollout_ref.model.path":
             check_vision_language_policy(config, hf_config, path_key, ctx.use_critic)
+            check_fused_head_model(config, text_config)
         if path_key == "actor_rollout_ref.model.path" and _get(config, "actor_rollout_ref.rollout.name") == "vllm":
             _check_vllm_cpu_model(config, hf_config, path_key)
             max_pos = getattr(text_config, "max_position_embeddings", None)

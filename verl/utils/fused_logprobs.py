@@ -19,19 +19,30 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-__all__ = ["FusedHeadOutput", "fused_linear_logprobs", "fused_output_head", "check_fusable_head"]
+# the unfused log-probs' chunk budget (~64 MB per float32 temporary) and accumulation dtype, so both paths agree
+from verl.utils.torch_functional import _CHUNK_ELEMENTS, _acc_dtype
 
-# Elements of one chunk of logits: bounds each temporary (the float32 logits and softmax of a chunk) to ~64 MB.
-_CHUNK_ELEMENTS = 1 << 24
+__all__ = [
+    "FusedHeadOutput",
+    "check_fusable_head",
+    "fused_linear_logprobs",
+    "fused_output_head",
+    "logit_transform_reason",
+]
 
 # Config attributes of heads that transform the logits after the matmul (Gemma's soft-capping, Cohere's scale):
 # the fused head would silently drop that transform, so such models are refused.
 _LOGIT_TRANSFORM_ATTRS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
-def _acc_dtype(hidden: torch.Tensor) -> torch.dtype:
-    """Softmax precision: float64 stays float64 (as in the unfused log-probs), everything else is float32."""
-    return torch.float64 if hidden.dtype == torch.float64 else torch.float32
+def logit_transform_reason(text_config) -> str | None:
+    """Why the fused head cannot reproduce this model's logits (``attr=value`` of a transform after the matmul),
+    or None. ``text_config``: the model's (text) config; read by the config check before Ray and by the worker."""
+    for attr in _LOGIT_TRANSFORM_ATTRS:
+        value = getattr(text_config, attr, None)
+        if value not in (None, 1, 1.0):
+            return f"this model transforms its logits ({attr}={value}), which the fused head does not"
+    return None
 
 
 def _row_step(vocab: int, chunk_rows: int | None) -> int:
@@ -139,14 +150,9 @@ def check_fusable_head(module: nn.Module) -> None:
     if getattr(head, "bias", None) is not None:
         raise ValueError("actor_rollout_ref.model.use_fused_kernels=True: the output head has a bias; set it False")
     config = getattr(base, "config", None)
-    text_config = getattr(config, "text_config", None) or config
-    for attr in _LOGIT_TRANSFORM_ATTRS:
-        value = getattr(text_config, attr, None)
-        if value not in (None, 1, 1.0):
-            raise ValueError(
-                f"actor_rollout_ref.model.use_fused_kernels=True: this model transforms its logits "
-                f"({attr}={value}), which the fused head does not; set use_fused_kernels=False"
-            )
+    reason = logit_transform_reason(getattr(config, "text_config", None) or config)
+    if reason is not None:
+        raise ValueError(f"actor_rollout_ref.model.use_fused_kernels=True: {reason}; set use_fused_kernels=False")
 
 
 @dataclass

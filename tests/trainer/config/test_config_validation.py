@@ -514,3 +514,15 @@ def test_torch_compile_without_a_cxx_compiler_is_refused(base_cfg, monkeypatch):
             actor_rollout_ref__actor__entropy_from_logits_with_chunking=True,
         )
     )
+
+
+def test_fused_head_with_a_model_that_transforms_its_logits_is_refused_before_ray(base_cfg, tmp_path):
+    from transformers import Qwen2Config
+
+    Qwen2Config(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, final_logit_softcapping=30.0
+    ).save_pretrained(tmp_path)
+    fused = {"actor_rollout_ref__model__path": str(tmp_path), "actor_rollout_ref__model__use_fused_kernels": True}
+    with pytest.raises(ConfigError, match=r"use_fused_kernels=True: this model transforms its logits \(final_logit_"):
+        check_ppo_config(_with(base_cfg, **fused))
+    check_ppo_config(_with(base_cfg, **{**fused, "actor_rollout_ref__model__use_fused_kernels": False}))
