@@ -53,8 +53,17 @@ PRECISION_OVERRIDES = {
         "+actor_rollout_ref.ref.fsdp_config.model_dtype=bf16",
     ],
 }
-# Ray's own processes (GCS, raylet, log monitor, agents): a fixed cost of any Ray run, reported apart
-RAY_SYSTEM_MARKERS = ("gcs_server", "raylet", "log_monitor.py", "dashboard/agent.py", "runtime_env/agent", "monitor.py")
+# Ray's own processes (GCS, raylet, dashboard head and agent, runtime-env agent, monitors): a fixed cost of any Ray
+# run, reported apart. The agents run as Ray workers named ray::<Agent>.
+RAY_SYSTEM_MARKERS = (
+    "gcs_server",
+    "raylet",
+    "dashboard/dashboard.py",
+    "ray::DashboardAgent",
+    "ray::RuntimeEnvAgent",
+    "log_monitor.py",
+    "monitor.py",
+)
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "reward")
 
 
