@@ -1,5 +1,6 @@
 """DataParallelPPOActor on a tiny Qwen2: log-probs, remove-padding, dynamic batching, the PPO update."""
 
+import contextlib
 import copy
 import logging
 
@@ -359,3 +360,31 @@ def test_cpu_micro_batches_hand_freed_memory_back_between_forward_and_backward(m
     calls.clear()
     actor.update_policy(rollout_batch())  # mini batch 6, micro batch 2: three backward passes
     assert len(calls) == 2 * (B // 2)
+
+
+def test_bf16_update_on_cpu_attends_through_the_plain_form_and_matches_sdpa(monkeypatch):
+    """A bf16 model with gradient checkpointing: the update runs attention in verl's CPU form (forward and the
+    backward's recompute) and lands within bf16 rounding of the same update through sdpa."""
+    import verl.utils.cpu_attention as cpu_attention_module
+
+    taken = []
+    plain = cpu_attention_module.math_attention
+    monkeypatch.setattr(cpu_attention_module, "math_attention", lambda *a, **k: taken.append(1) or plain(*a, **k))
+    states = []
+    for through_sdpa in (False, True):
+        model = tiny_lm().to(torch.bfloat16)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        actor = DataParallelPPOActor(actor_config(), model, torch.optim.SGD(model.parameters(), lr=1.0))
+        if through_sdpa:
+            monkeypatch.setattr(actor, "_training_attention", contextlib.nullcontext)
+        actor.update_policy(rollout_batch())
+        assert model.config._attn_implementation == "sdpa"  # switched back after the update
+        states.append({k: v.float() for k, v in model.state_dict().items()})
+    # 3 micro batches x 2 layers, in the forward and again in the backward's recompute
+    assert len(taken) == 3 * 2 * 2
+    base = tiny_lm().to(torch.bfloat16).state_dict()
+    plain_step = torch.cat([(states[0][k] - base[k].float()).flatten() for k in base])
+    sdpa_step = torch.cat([(states[1][k] - base[k].float()).flatten() for k in base])
+    # the same step up to bf16 rounding: weights that moved by a few bf16 steps may differ by one
+    assert sdpa_step.norm() > 0
+    assert (plain_step - sdpa_step).norm() < 0.1 * sdpa_step.norm()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
@@ -11,6 +12,7 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.cpu_attention import cpu_attention
 from verl.utils.device import release_freed_host_memory
 from verl.utils.fused_logprobs import check_fusable_head, fused_output_head
 from verl.utils.micro_batch import (
@@ -233,6 +235,14 @@ class DataParallelPPOActor(BasePPOActor):
         entropys = restore_order(torch.cat(entropy_list, dim=0), partitions) if calculate_entropy else None
         return log_probs, entropys
 
+    def _training_attention(self):
+        """On CPU, attention through :func:`verl.utils.cpu_attention.cpu_attention_forward` for the update: its
+        plain form runs a bf16 backward about 1.5x faster than sdpa's kernel. Kept open through the backward, which
+        recomputes attention under gradient checkpointing. Ulysses' all-to-all wraps sdpa itself: left alone."""
+        if self.device.type != "cpu" or self.ulysses_sequence_parallel_size > 1:
+            return contextlib.nullcontext()
+        return cpu_attention(self.actor_module)
+
     def update_policy(self, data: DataProto) -> dict[str, list]:
         """PPO update over ``ppo_epochs`` x mini batches, one optimizer step per mini batch; returns metric lists.
 
@@ -247,6 +257,10 @@ class DataParallelPPOActor(BasePPOActor):
         """
         if self.actor_optimizer is None:
             raise RuntimeError("update_policy needs an optimizer: this actor was built as a reference policy")
+        with self._training_attention():
+            return self._update_policy(data)
+
+    def _update_policy(self, data: DataProto) -> dict[str, list]:
         self.actor_module.train()
         cfg = self.config
         temperature = data.meta_info["temperature"]

@@ -99,8 +99,8 @@ class HFRollout(BaseRollout):
         On CPU the weights decode in ``rollout.dtype`` (bf16 by default) where the CPU computes bf16 natively, as the
         vLLM rollout does: decoding reads every weight once per token, and half-size weights run about 1.5x faster.
         The trainer recomputes log-probs with the training weights, so only the samples see bf16 rounding. Decode
-        steps attend with :func:`~verl.utils.cpu_decode_attention.decode_attention_forward` (sdpa's CPU kernel is
-        slow for one query row)."""
+        steps attend with :func:`~verl.utils.cpu_attention.cpu_attention_forward` (sdpa's CPU kernel is slow
+        for one query row)."""
         with contextlib.ExitStack() as stack:
             version = fsdp_version(self.module)
             if version == 1:
@@ -111,10 +111,10 @@ class HFRollout(BaseRollout):
             elif version == 2:
                 stack.enter_context(fsdp2_full_params(self.module))
             if not is_accelerator_available():
-                from verl.utils.cpu_decode_attention import cpu_decode_attention
+                from verl.utils.cpu_attention import cpu_attention
                 from verl.utils.vllm_cpu import cpu_rollout_dtype
 
-                stack.enter_context(cpu_decode_attention(self.module))
+                stack.enter_context(cpu_attention(self.module))
 
                 dtype = getattr(torch, cpu_rollout_dtype(self.config.dtype), None)  # None for "auto": no cast
                 if isinstance(dtype, torch.dtype):
