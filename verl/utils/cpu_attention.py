@@ -72,9 +72,10 @@ def math_attention(
     # the query heads of one kv head become the rows of one (groups * q, d) @ (d, k) product
     q = query.reshape(batch, kv_heads, groups * q_len, dim)
     acc = torch.promote_types(query.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
-    if fp32_products:
-        q, key = q.to(acc), key.to(acc)
-    scores = torch.matmul(q, key.transpose(-1, -2)).to(acc) * scale  # (b, kv_heads, groups * q, k)
+    if fp32_products:  # scaling q, not the (q, k) scores: a third of the elements at q = 3d
+        scores = torch.matmul(q.to(acc) * scale, key.to(acc).transpose(-1, -2))
+    else:
+        scores = torch.matmul(q, key.transpose(-1, -2)).to(acc) * scale  # (b, kv_heads, groups * q, k)
     scores = scores.view(batch, kv_heads, groups, q_len, kv_len)
     if attention_mask is not None:
         mask = attention_mask[..., -kv_len:]
