@@ -34,9 +34,7 @@ from verl.utils.debug import DistProfiler, DistProfilerExtension, ProfilerConfig
 from verl.utils.device import (
     get_device_id,
     get_device_name,
-    is_accelerator_available,
     peak_rss_gb,
-    release_freed_host_memory,
 )
 from verl.utils.import_utils import import_external_libs
 from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
@@ -51,6 +49,7 @@ from verl.workers.fsdp_setup import (
     policy_auto_class,
     ulysses_sharding_manager,
 )
+from verl.workers.phase_wrappers import compute_phase, reports_compute_time
 
 logger = logging.getLogger(__name__)
 
@@ -87,37 +86,6 @@ def _mfu_metric(flops_counter, global_token_num, elapsed: float, world_size: int
 
     achieved, promised = flops_counter.estimate_flops(global_token_num, elapsed)
     return mfu(achieved, promised, world_size)
-
-
-def _reports_compute_time(func):
-    """Record the worker's own seconds in ``output.meta_info["timing"]["worker/<method>"]`` (rank 0's survives the
-    collect), so the driver can tell compute from controller overhead."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(self, *args, **kwargs):
-        start = time.perf_counter()
-        output = func(self, *args, **kwargs)
-        output.meta_info.setdefault("timing", {})[f"worker/{func.__name__}"] = time.perf_counter() - start
-        return output
-
-    return wrapper
-
-
-def _releases_host_memory(func):
-    """On a CPU-only machine, return the memory the call freed to the OS when it ends (see
-    :func:`release_freed_host_memory`): otherwise each phase's freed tensors stay resident beside the next one's."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return func(self, *args, **kwargs)
-        finally:
-            if not is_accelerator_available():
-                release_freed_host_memory()
-
-    return wrapper
 
 
 def _checkpoint_manager(model, optimizer, lr_scheduler, tokenizer, checkpoint_config):
@@ -278,7 +246,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
 
     # ------------------------------------------------------------------------------------------------ methods
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    @_releases_host_memory
+    @compute_phase
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses for left-padded prompts (n per prompt, interleaved)."""
         assert self._is_rollout, f"generate_sequences needs a rollout role, this worker is {self.role!r}"
@@ -318,8 +286,8 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         data.meta_info["temperature"] = self.config.rollout.temperature
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    @_releases_host_memory
-    @_reports_compute_time
+    @compute_phase
+    @reports_compute_time
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ``(bs, response_length)`` under the current policy."""
         assert self._is_actor, f"compute_log_prob needs the actor role, this worker is {self.role!r}"
@@ -337,8 +305,8 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    @_releases_host_memory
-    @_reports_compute_time
+    @compute_phase
+    @reports_compute_time
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` ``(bs, response_length)`` under the frozen reference (LoRA: adapters disabled)."""
         if self._is_lora and self.ref_policy is None:
@@ -353,8 +321,8 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    @_releases_host_memory
-    @_reports_compute_time
+    @compute_phase
+    @reports_compute_time
     def update_actor(self, data: DataProto) -> DataProto:
         """One PPO update over ``data``; returns ``meta_info["metrics"]`` (lists per key)."""
         assert self._is_actor, f"update_actor needs the actor role, this worker is {self.role!r}"
@@ -474,8 +442,8 @@ class CriticWorker(Worker, DistProfilerExtension):
         self.offload.attach(self.critic_module, self.critic_optimizer)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    @_releases_host_memory
-    @_reports_compute_time
+    @compute_phase
+    @reports_compute_time
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` ``(bs, response_length)`` for the responses in ``data``."""
         data.meta_info["micro_batch_size"] = self.config.forward_micro_batch_size_per_gpu
@@ -487,8 +455,8 @@ class CriticWorker(Worker, DistProfilerExtension):
         return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    @_releases_host_memory
-    @_reports_compute_time
+    @compute_phase
+    @reports_compute_time
     def update_critic(self, data: DataProto) -> DataProto:
         """One value-function update; returns ``meta_info["metrics"]``."""
         data = data.to("cpu")
@@ -578,7 +546,8 @@ class RewardModelWorker(Worker, DistProfilerExtension):
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    @_reports_compute_time
+    @compute_phase
+    @reports_compute_time
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """``rm_scores`` ``(bs, response_length)``: the model's score at the last valid token, zeros elsewhere."""
         from verl.workers.reward_model_inputs import score_sequences, switch_chat_template
