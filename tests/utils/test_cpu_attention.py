@@ -1,6 +1,8 @@
 """The CPU attention's plain form equals transformers' sdpa attention, takes only the calls it is meant for, and
 the switch to it is scoped."""
 
+import copy
+
 import pytest
 import torch
 from transformers import AttentionInterface, AutoModelForCausalLM
@@ -117,6 +119,35 @@ def test_bf16_training_pass_through_the_plain_form_matches_sdpa_within_bf16_roun
     assert calls == ["plain"] and got.dtype == torch.bfloat16
     rows = m.any(-1).reshape(3, 7)  # query rows that see at least one key
     torch.testing.assert_close(got.double()[rows], want[rows], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("is_causal", [None, True, False])
+def test_a_training_call_without_a_mask_is_causal_as_sdpa_reads_it(calls, is_causal):
+    """transformers leaves the mask out of a batch without padding and lets sdpa's is_causal apply causality."""
+    q, k, v, _ = _inputs(7, 4, 2, 7, torch.bfloat16, "none")
+    module = _Attention(2)
+    got, _ = cpu_attention_forward(module, q, k, v, None, is_causal=is_causal)
+    want, _ = sdpa_attention_forward(module, q.double(), k.double(), v.double(), None, is_causal=is_causal)
+    assert calls == ["plain"]
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_a_causal_call_without_a_mask_over_more_keys_than_queries_is_left_to_sdpa(calls):
+    q, k, v, _ = _inputs(4, 4, 2, 7, torch.bfloat16, "none")
+    cpu_attention_forward(_Attention(2), q, k, v, None)
+    assert calls == ["sdpa"]
+
+
+def test_a_bf16_forward_without_padding_matches_sdpa(tiny_lm, calls):
+    """No padding: the model passes no mask at all, and the plain form must still be causal."""
+    model = copy.deepcopy(tiny_lm).to(torch.bfloat16)
+    ids = torch.tensor([[5, 17, 3, 99, 42, 7, 8, 11]])
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float()
+    with cpu_attention(model), torch.enable_grad():
+        got = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float()
+    assert calls == ["plain"] * model.config.num_hidden_layers
+    torch.testing.assert_close(got, want, rtol=0.05, atol=0.05)
 
 
 @pytest.mark.parametrize("case", ["dropout", "position_bias"])
