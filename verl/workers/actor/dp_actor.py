@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import torch
@@ -12,7 +11,7 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
-from verl.utils.cpu_attention import cpu_attention
+from verl.utils.cpu_attention import training_attention
 from verl.utils.device import release_freed_host_memory
 from verl.utils.fused_logprobs import check_fusable_head, fused_output_head
 from verl.utils.micro_batch import (
@@ -236,12 +235,8 @@ class DataParallelPPOActor(BasePPOActor):
         return log_probs, entropys
 
     def _training_attention(self):
-        """On CPU, attention through :func:`verl.utils.cpu_attention.cpu_attention_forward` for the update: its
-        plain form runs a bf16 backward about 1.5x faster than sdpa's kernel. Kept open through the backward, which
-        recomputes attention under gradient checkpointing. Ulysses' all-to-all wraps sdpa itself: left alone."""
-        if self.device.type != "cpu" or self.ulysses_sequence_parallel_size > 1:
-            return contextlib.nullcontext()
-        return cpu_attention(self.actor_module)
+        """See :func:`verl.utils.cpu_attention.training_attention`."""
+        return training_attention(self.actor_module, self.device, self.ulysses_sequence_parallel_size)
 
     def update_policy(self, data: DataProto) -> dict[str, list]:
         """PPO update over ``ppo_epochs`` x mini batches, one optimizer step per mini batch; returns metric lists.

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import compute_value_loss
+from verl.utils.cpu_attention import training_attention
 from verl.utils.micro_batch import (
     append_metrics,
     autocast_context,
@@ -132,6 +133,14 @@ class DataParallelPPOCritic(BasePPOCritic):
         """
         if self.critic_optimizer is None:
             raise RuntimeError("update_critic needs an optimizer (critic_optimizer is None)")
+        with self._training_attention():
+            return self._update_critic(data)
+
+    def _training_attention(self):
+        """See :func:`verl.utils.cpu_attention.training_attention`."""
+        return training_attention(self.critic_module, self.device, self.ulysses_sequence_parallel_size)
+
+    def _update_critic(self, data: DataProto) -> dict[str, list]:
         self.critic_module.train()
         cfg = self.config
         select_keys = ["input_ids", "responses", "attention_mask", "position_ids", "values", "returns"]
