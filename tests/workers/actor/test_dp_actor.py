@@ -1,6 +1,5 @@
 """DataParallelPPOActor on a tiny Qwen2: log-probs, remove-padding, dynamic batching, the PPO update."""
 
-import contextlib
 import copy
 import logging
 
@@ -10,6 +9,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from tests.plain_attention import bf16_update_through_both_forms
 from verl.protocol import DataProto
 from verl.utils.model import compute_position_id_with_mask
 from verl.workers.actor import DataParallelPPOActor
@@ -364,27 +364,13 @@ def test_cpu_micro_batches_hand_freed_memory_back_between_forward_and_backward(m
 
 def test_bf16_update_on_cpu_attends_through_the_plain_form_and_matches_sdpa(monkeypatch):
     """A bf16 model with gradient checkpointing: the update runs attention in verl's CPU form (forward and the
-    backward's recompute) and lands within bf16 rounding of the same update through sdpa."""
-    import verl.utils.cpu_attention as cpu_attention_module
-
-    taken = []
-    plain = cpu_attention_module.math_attention
-    monkeypatch.setattr(cpu_attention_module, "math_attention", lambda *a, **k: taken.append(1) or plain(*a, **k))
-    states = []
-    for through_sdpa in (False, True):
-        model = tiny_lm().to(torch.bfloat16)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        actor = DataParallelPPOActor(actor_config(), model, torch.optim.SGD(model.parameters(), lr=1.0))
-        if through_sdpa:
-            monkeypatch.setattr(actor, "_training_attention", contextlib.nullcontext)
-        actor.update_policy(rollout_batch())
-        assert model.config._attn_implementation == "sdpa"  # switched back after the update
-        states.append({k: v.float() for k, v in model.state_dict().items()})
-    # 3 micro batches x 2 layers, in the forward and again in the backward's recompute
-    assert len(taken) == 3 * 2 * 2
-    base = tiny_lm().to(torch.bfloat16).state_dict()
-    plain_step = torch.cat([(states[0][k] - base[k].float()).flatten() for k in base])
-    sdpa_step = torch.cat([(states[1][k] - base[k].float()).flatten() for k in base])
-    # the same step up to bf16 rounding: weights that moved by a few bf16 steps may differ by one
-    assert sdpa_step.norm() > 0
-    assert (plain_step - sdpa_step).norm() < 0.1 * sdpa_step.norm()
+    backward's recompute) and lands within bf16 rounding of the same update through sdpa (a step that moves most
+    weights by a few bf16 steps may differ by one)."""
+    calls, difference = bf16_update_through_both_forms(
+        monkeypatch,
+        tiny_lm,
+        lambda model: DataParallelPPOActor(actor_config(), model, torch.optim.SGD(model.parameters(), lr=1.0)),
+        lambda actor: actor.update_policy(rollout_batch()),
+    )
+    assert calls == 3 * 2 * 2  # 3 micro batches x 2 layers, in the forward and again in the backward's recompute
+    assert difference < 0.1

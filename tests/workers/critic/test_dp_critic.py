@@ -5,6 +5,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import Qwen2Config, Qwen2ForTokenClassification
 
+from tests.plain_attention import bf16_update_through_both_forms
 from verl.protocol import DataProto
 from verl.utils.model import compute_position_id_with_mask
 from verl.workers.critic import DataParallelPPOCritic
@@ -154,24 +155,11 @@ def test_values_with_columns_of_padding_in_every_row_equal_the_full_width():
 def test_bf16_update_on_cpu_attends_through_the_plain_form_and_matches_sdpa(monkeypatch):
     """As the actor's: the critic's update runs attention in verl's CPU form (forward and the backward's recompute)
     and lands within bf16 rounding of the same update through sdpa."""
-    import contextlib
-
-    import verl.utils.cpu_attention as cpu_attention_module
-
-    taken = []
-    plain = cpu_attention_module.math_attention
-    monkeypatch.setattr(cpu_attention_module, "math_attention", lambda *a, **k: taken.append(1) or plain(*a, **k))
-    steps = []
-    base = tiny_critic().to(torch.bfloat16).state_dict()
-    for through_sdpa in (False, True):
-        model = tiny_critic().to(torch.bfloat16)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        critic = DataParallelPPOCritic(critic_config(), model, torch.optim.SGD(model.parameters(), lr=1.0))
-        if through_sdpa:
-            monkeypatch.setattr(critic, "_training_attention", contextlib.nullcontext)
-        critic.update_critic(rollout_batch())
-        assert model.config._attn_implementation == "sdpa"
-        steps.append(torch.cat([(v.float() - base[k].float()).flatten() for k, v in model.state_dict().items()]))
-    assert len(taken) == 3 * 2 * 2  # 3 micro batches x 2 layers, forward and recompute
-    assert steps[1].norm() > 0
-    assert (steps[0] - steps[1]).norm() < 0.1 * steps[1].norm()
+    calls, difference = bf16_update_through_both_forms(
+        monkeypatch,
+        tiny_critic,
+        lambda model: DataParallelPPOCritic(critic_config(), model, torch.optim.SGD(model.parameters(), lr=1.0)),
+        lambda critic: critic.update_critic(rollout_batch()),
+    )
+    assert calls == 3 * 2 * 2  # 3 micro batches x 2 layers, forward and recompute
+    assert difference < 0.1
