@@ -211,6 +211,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 offload_param=self.offload.offload_param,
                 load_format=load_format,
                 layered_summon=self.config.rollout.layered_summon,
+                free_cache_engine=self.config.rollout.free_cache_engine,
             )
             return rollout, manager
         if name == "sglang":

@@ -22,6 +22,7 @@ from verl.workers.rollout.vllm_rollout.vllm_rollout_spmd import (  # noqa: E402
     _repeat_interleave,
 )
 from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, normalize_weight_name  # noqa: E402
+from verl.workers.sharding_manager.vllm_cpu_memory import released_bytes, restore_engine_memory  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -228,6 +229,57 @@ def test_hand_off_after_update_and_log_probs(engine, hf_model, tokenizer):
     assert sampled.batch["rollout_log_probs"].dtype == torch.float32
 
 
+def _bytes_of(storage) -> torch.Tensor:
+    """A storage's raw bytes (the KV cache tensors are strided views of it)."""
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
+
+
+def _engine_holdings(worker) -> dict:
+    """Bytes the engine's parameters and KV cache hold, and how many linear layers keep a packed CPU kernel."""
+    runner = worker.model_runner
+    model = runner.get_model()
+    kernels = [m.cpu_linear for m in model.modules() if "cpu_linear" in vars(m)]
+
+    def unique_bytes(tensors) -> int:  # views of one buffer (the KV cache's layers) share a storage
+        return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+
+    return {
+        "params": unique_bytes(model.parameters()),
+        "kv": unique_bytes(runner.kv_caches),
+        "kv_zeroed": all(not _bytes_of(t.untyped_storage()).any() for t in runner.kv_caches),
+        "kernels": sum(getattr(k, "__name__", "") != "_weights_released" for k in kernels),
+        "linear_layers": len(kernels),
+    }
+
+
+def test_free_cache_engine_releases_weights_and_kv_cache_between_generations(engine, hf_model, tokenizer):
+    """rollout.free_cache_engine on CPU (vLLM has no sleep mode there): after each generation the engine holds no
+    weights, packed kernels or KV cache; the next hand-off restores them and greedy decoding still equals HF's."""
+    rollout, _ = engine
+    llm = rollout.inference_engine
+    manager = FSDPVLLMShardingManager(hf_model, llm, hf_model.config, free_cache_engine=True)
+    prompts = make_prompts(tokenizer, do_sample=False)
+    try:
+        for step in range(2):
+            if step:
+                with torch.no_grad():
+                    g = torch.Generator().manual_seed(11)
+                    for p in hf_model.parameters():
+                        p.add_(torch.randn(p.shape, generator=g) * 0.05)
+            with manager:
+                (held,) = llm.collective_rpc(_engine_holdings)
+                out = rollout.generate_sequences(prompts)
+            assert held["params"] > 0 and held["kv"] > 0 and held["kernels"] == held["linear_layers"] > 0
+            # a restored KV cache is zeroed: stale NaNs in slots no token wrote yet would poison the attention
+            assert held["kv_zeroed"] or not step
+            assert torch.equal(out.batch["responses"], hf_greedy(hf_model, prompts).batch["responses"]), step
+            (after,) = llm.collective_rpc(_engine_holdings)
+            assert after["params"] == after["kv"] == after["kernels"] == 0, after
+            assert llm.collective_rpc(released_bytes) == [held["params"] + held["kv"]]
+    finally:  # the module's other tests reuse this engine through the plain manager, which does not restore
+        llm.collective_rpc(restore_engine_memory)
+
+
 # Runs before the tests that build engines of their own: freeing one tears down vLLM's process-wide parallel state,
 # after which the module's shared engine cannot run.
 def test_generate_turns_matches_hf_greedy_with_per_prompt_budgets(engine, hf_model, tokenizer):
@@ -297,7 +349,8 @@ def test_tied_embeddings_hand_off(tmp_path, tokenizer):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     assert model.lm_head.weight is model.model.embed_tokens.weight
     rollout = vLLMRollout(path, rollout_config(calculate_log_probs=False), tokenizer, model.config)
-    manager = FSDPVLLMShardingManager(model, rollout, model.config)
+    # free_cache_engine: the tied LM head's packed copy is released with the rest and rebuilt from the embedding
+    manager = FSDPVLLMShardingManager(model, rollout, model.config, free_cache_engine=True)
     prompts = make_prompts(tokenizer, do_sample=False)
     for step in range(2):
         if step:  # change only the shared embedding: the logits must follow it
@@ -306,6 +359,30 @@ def test_tied_embeddings_hand_off(tmp_path, tokenizer):
         with manager:
             out = rollout.generate_sequences(prompts)
         assert torch.equal(out.batch["responses"], hf_greedy(model, prompts).batch["responses"]), step
+
+
+def test_free_cache_engine_leaves_bf16_generation_unchanged(tmp_path, tokenizer):
+    """The bf16 engine (other packed kernels than fp32's): generating after a release and restore gives the same
+    tokens and log-probs, bit for bit, as generating with the engine's memory kept."""
+    path = make_tiny_model_dir(str(tmp_path / "bf16"), seed=2, **DIMS)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    rollout = vLLMRollout(path, rollout_config(dtype="bfloat16"), tokenizer, model.config)
+    releasing = FSDPVLLMShardingManager(model, rollout, model.config, free_cache_engine=True)
+    keeping = FSDPVLLMShardingManager(model, rollout, model.config)
+    prompts = make_prompts(tokenizer, do_sample=False)
+    for step in range(2):
+        if step:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 0.05)
+        with releasing:
+            released = rollout.generate_sequences(prompts)
+        assert rollout.inference_engine.collective_rpc(released_bytes)[0] > 0
+        rollout.inference_engine.collective_rpc(restore_engine_memory)
+        with keeping:
+            kept = rollout.generate_sequences(prompts)
+        for key in ("responses", "rollout_log_probs"):
+            assert torch.equal(released.batch[key], kept.batch[key]), (step, key)
 
 
 # ------------------------------------------------------------------ 2-rank FSDP2 hand-off

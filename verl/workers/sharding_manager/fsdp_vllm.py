@@ -4,8 +4,9 @@ On entry the module's parameters are gathered piecewise (FSDP2: one DTensor at a
 a decoder layer, at a time) and streamed into the engine's worker with
 ``reload_weights(weights_iterator=..., is_checkpoint_format=True)``: vLLM restores its kernel layout, loads each
 decoder layer as soon as all its tensors arrived and repacks it, so peak extra memory is about one layer of full
-weights. On a GPU the engine sleeps between generations (weights and KV cache released)
-and the actor's parameters may be offloaded; on CPU both are no-ops. Import this module only where vLLM exists.
+weights. Between generations the engine's weights and KV cache are released (``free_cache_engine``): on a GPU the
+engine sleeps, on CPU, where vLLM has no sleep mode, :mod:`verl.workers.sharding_manager.vllm_cpu_memory`
+frees them. The actor's parameters may be offloaded on a GPU. Import this module only where vLLM exists.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from verl.utils.device import get_device_name, get_torch_device, is_accelerator_
 from verl.utils.fsdp_utils import fsdp_version, load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
 from verl.workers.sharding_manager.base import BaseShardingManager
 from verl.workers.sharding_manager.lora_merge import lora_scalings, merge_lora_stream, strip_peft_prefix
+from verl.workers.sharding_manager.vllm_cpu_memory import release_engine_memory, restore_engine_memory
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +167,8 @@ class FSDPVLLMShardingManager(BaseShardingManager):
     ``timing["reshard"]`` is the seconds the last entry took. ``preprocess_data``/``postprocess_data`` gather and
     split the batch across the inference TP group (``device_mesh["infer_tp"]``) when TP > 1.
     ``full_params`` (FSDP1, world size 1) and ``layered_summon`` (LoRA) are accepted for interface compatibility:
-    weights are always streamed (see :meth:`_full_weights`).
+    weights are always streamed (see :meth:`_full_weights`). ``free_cache_engine`` releases a CPU engine's weights
+    and KV cache on exit and restores them on entry (a GPU engine sleeps instead when it was built with sleep mode).
     """
 
     def __init__(
@@ -178,6 +181,7 @@ class FSDPVLLMShardingManager(BaseShardingManager):
         offload_param: bool = False,
         load_format: str = "dummy_hf",
         layered_summon: bool = True,
+        free_cache_engine: bool = False,
     ):
         super().__init__()
         self.module = module
@@ -199,6 +203,7 @@ class FSDPVLLMShardingManager(BaseShardingManager):
             self.tp_size, self.tp_rank = 1, 0
         vllm_config = self.inference_engine.llm_engine.vllm_config
         self.sleep_mode = bool(getattr(vllm_config.model_config, "enable_sleep_mode", False))
+        self.release_on_cpu = free_cache_engine and not self.on_accelerator
         # All TP ranks of one replica must sample identically: give generation its own device RNG stream.
         self.torch_random_states = None
         self.gen_random_states = None
@@ -266,6 +271,8 @@ class FSDPVLLMShardingManager(BaseShardingManager):
             load_fsdp_model_to_gpu(self.module)
         if self.sleep_mode:
             self.inference_engine.wake_up(tags=["weights"])
+        if self.release_on_cpu:
+            self.inference_engine.collective_rpc(restore_engine_memory)
         self.update_params(self._full_weights())
         if self.offload_param:
             offload_fsdp_model_to_cpu(self.module)
@@ -283,6 +290,8 @@ class FSDPVLLMShardingManager(BaseShardingManager):
     def __exit__(self, exc_type, exc_value, traceback):
         if self.sleep_mode:
             self.inference_engine.sleep(level=1)  # drop weights and KV cache until the next generation
+        if self.release_on_cpu:
+            self.inference_engine.collective_rpc(release_engine_memory)
         self.module.train()
         if self.on_accelerator:
             get_torch_device().empty_cache()
