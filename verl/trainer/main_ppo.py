@@ -1,7 +1,8 @@
 """Entry point: ``python -m verl.trainer.main_ppo key=value ...`` (Hydra, config ``ppo_trainer``).
 
 The config is validated in this process before Ray starts, so a wrong key, a missing file or an impossible batch
-size fails in seconds with a message naming it. Training then runs in a Ray actor (``TaskRunner``).
+size fails in seconds with a message naming it. Training then runs in this process on a Ray cluster it starts, or in
+a Ray actor (``TaskRunner``) on a cluster that was already running (see ``train_in_ray``).
 Ray is imported only by ``run_ppo`` and ``TaskRunner``: ``prepare_config`` and ``build_trainer`` also serve the
 in-process worker group on a machine without Ray.
 """
@@ -68,23 +69,30 @@ def ray_init_kwargs(config) -> dict:
 
 
 def run_ppo(config, trainer_cls=None) -> None:
-    """Validate, start Ray (unless already running), and train in a ``TaskRunner`` actor; ``trainer_cls`` is a
+    """Validate, start Ray (unless already running), and train (see :func:`train_in_ray`); ``trainer_cls`` is a
     recipe's RayPPOTrainer subclass (default RayPPOTrainer)."""
     prepare_config(config)
     train_in_ray(config, trainer_cls=trainer_cls)
 
 
 def train_in_ray(config, **recipe_classes) -> None:
-    """Start Ray (unless already running) and train in a ``TaskRunner`` actor; ``config`` is already validated.
+    """Start Ray (unless already running) and train; ``config`` is already validated.
+
+    On a cluster this process starts (the default: ``ray.init(address="local")``) the controller runs here; when Ray
+    is already initialised or ``RAY_ADDRESS`` names a cluster, it runs in a ``TaskRunner`` actor there, as in verl.
 
     A recipe's entry point runs its own checks, then calls this with its classes (``trainer_cls``,
     ``actor_rollout_cls``, ``reward_model_cls``: see build_trainer)."""
     import ray
 
+    own_cluster = not ray.is_initialized() and os.environ.get("RAY_ADDRESS", "local") == "local"
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(config))
-    runner = _task_runner_class().remote()
-    ray.get(runner.run.remote(config, **recipe_classes))
+    if own_cluster:
+        _run_controller_here(config, recipe_classes)
+    else:
+        runner = _task_runner_class().remote()
+        ray.get(runner.run.remote(config, **recipe_classes))
     timeline = config.ray_init.timeline_json_file
     if timeline:
         ray.timeline(filename=timeline)
@@ -169,7 +177,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
 
 
 class _TaskRunner:
-    """Runs the single controller inside the Ray cluster (so it survives the driver's terminal closing)."""
+    """Runs the single controller: in a Ray actor on a cluster that outlives the driver, or in the driver itself."""
 
     def run(self, config, trainer_cls=None, actor_rollout_cls=None, reward_model_cls=None) -> None:
         """Build the trainer (a recipe's classes, see build_trainer), its workers, and train."""
@@ -181,6 +189,24 @@ class _TaskRunner:
         )
         trainer.init_workers()
         trainer.fit()
+
+
+def _run_controller_here(config, recipe_classes: dict) -> None:
+    """The single controller in this process, for a Ray cluster this process started (it ends with it anyway).
+
+    A ``TaskRunner`` actor would be a second Python process holding torch, transformers and the datasets while it
+    waits on the workers: about 0.4 GB of private memory on a CPU box (0.41 GB PSS for this process and 0.44 GB for
+    the actor, measured on the 135M GRPO run), for nothing a local cluster needs. The controller gets what the actor
+    would have: Ray's environment for its processes and, unless ``OMP_NUM_THREADS`` says otherwise, one torch thread
+    (Ray's setting for a ``num_cpus=1`` actor), so it does not compete with the workers for cores.
+    """
+    import torch
+
+    for key, value in _RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    _TaskRunner().run(config, **recipe_classes)
 
 
 _task_runner_actor_class = None

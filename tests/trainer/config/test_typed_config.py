@@ -114,3 +114,49 @@ def test_ray_init_kwargs_join_a_running_cluster_without_resource_arguments(monke
     assert ray_init_kwargs(_compose(["trainer.device=cpu"]))["address"] == "local"
     monkeypatch.delenv("RAY_ADDRESS")
     assert ray_init_kwargs(_compose(["trainer.device=cpu"]))["address"] == "local"
+
+
+class _FakeRay:
+    """Just what ``train_in_ray`` calls: records ``init`` and the remote TaskRunner's ``run``."""
+
+    def __init__(self, initialized: bool):
+        self.initialized, self.init_calls, self.remote_runs = initialized, [], []
+
+    def is_initialized(self):
+        return self.initialized
+
+    def init(self, **kwargs):
+        self.init_calls.append(kwargs)
+
+    def get(self, ref):
+        return ref
+
+
+@pytest.mark.parametrize(
+    ("address", "initialized", "runs_here"),
+    [(None, False, True), ("local", False, True), ("127.0.0.1:6379", False, False), (None, True, False)],
+)
+def test_the_controller_runs_in_the_driver_only_on_a_cluster_it_starts(monkeypatch, address, initialized, runs_here):
+    """A local cluster ends with the driver, so the controller runs there (no TaskRunner process); a running cluster
+    (RAY_ADDRESS, or Ray initialised by the caller) gets verl's TaskRunner actor."""
+    import sys
+    from types import SimpleNamespace
+
+    from verl.trainer import main_ppo
+
+    fake = _FakeRay(initialized)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    if address is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    here = []
+    monkeypatch.setattr(main_ppo, "_run_controller_here", lambda config, classes: here.append(classes))
+
+    class Runner:
+        run = SimpleNamespace(remote=lambda config, **classes: fake.remote_runs.append(classes))
+
+    monkeypatch.setattr(main_ppo, "_task_runner_class", lambda: SimpleNamespace(remote=lambda: Runner))
+    main_ppo.train_in_ray(_compose(["trainer.device=cpu"]), trainer_cls="T")
+    assert (here, fake.remote_runs) == (([{"trainer_cls": "T"}], []) if runs_here else ([], [{"trainer_cls": "T"}]))
+    assert len(fake.init_calls) == (0 if initialized else 1)
