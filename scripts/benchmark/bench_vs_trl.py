@@ -332,6 +332,8 @@ def measure_ours(args, model: str, work_dir: str) -> float:
     os.makedirs(work_dir, exist_ok=True)
     tag = f"ours_{args.rollout}"
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *our_overrides(args, model, work_dir)]
+    # On the cluster main_ppo starts, the controller (trainer) runs in the driver process: its memory is "driver".
+    # A TaskRunner actor appears only on a cluster that was already running.
     groups = {"workers": "ray::WorkerDict", "trainer": "ray::_TaskRunner"}
     memory = run_measured(cmd, dict(os.environ), groups, os.path.join(work_dir, "ours.log"))
     history = read_our_history(os.path.join(work_dir, "ours"))
