@@ -204,9 +204,13 @@ def _run_controller_here(config, recipe_classes: dict) -> None:
 
     for key, value in _RAY_ENV.items():
         os.environ.setdefault(key, value)
+    threads = torch.get_num_threads()
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
-    _TaskRunner().run(config, **recipe_classes)
+    try:
+        _TaskRunner().run(config, **recipe_classes)
+    finally:  # a caller's own script (run_ppo from Python) keeps its thread count
+        torch.set_num_threads(threads)
 
 
 _task_runner_actor_class = None
