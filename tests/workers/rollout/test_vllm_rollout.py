@@ -254,7 +254,10 @@ def _engine_holdings(worker) -> dict:
 
 def test_free_cache_engine_releases_weights_and_kv_cache_between_generations(engine, hf_model, tokenizer):
     """rollout.free_cache_engine on CPU (vLLM has no sleep mode there): after each generation the engine holds no
-    weights, packed kernels or KV cache; the next hand-off restores them and greedy decoding still equals HF's."""
+    weights, packed kernels or KV cache; the next hand-off restores them and greedy decoding still equals HF's.
+    Outside the manager, a released engine refuses to generate."""
+    from verl.workers.rollout.base import SamplingRequest
+
     rollout, _ = engine
     llm = rollout.inference_engine
     manager = FSDPVLLMShardingManager(hf_model, llm, hf_model.config, free_cache_engine=True)
@@ -276,6 +279,12 @@ def test_free_cache_engine_releases_weights_and_kv_cache_between_generations(eng
             (after,) = llm.collective_rpc(_engine_holdings)
             assert after["params"] == after["kv"] == after["kernels"] == 0, after
             assert llm.collective_rpc(released_bytes) == [held["params"] + held["kv"]]
+        # outside the manager a released engine refuses to generate, before any request reaches it
+        with pytest.raises(RuntimeError, match="free_cache_engine"):
+            rollout.generate_sequences(prompts)
+        with pytest.raises(RuntimeError, match="free_cache_engine"):
+            greedy = SamplingRequest(do_sample=False, temperature=0.0, top_p=1.0, top_k=-1, n=1, response_length=2)
+            rollout.generate_turns([[5, 6]], [2], greedy, [tokenizer.eos_token_id])
     finally:  # the module's other tests reuse this engine through the plain manager, which does not restore
         llm.collective_rpc(restore_engine_memory)
 

@@ -25,6 +25,7 @@ from verl.utils.vllm_cpu import cpu_kv_cache_bytes, cpu_rollout_dtype
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 from verl.workers.rollout.hf_rollout import build_rollout_output
+from verl.workers.sharding_manager.vllm_cpu_memory import released_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class vLLMRollout(BaseRollout):
             f"rollout.tensor_model_parallel_size={tp_size} exceeds the world size {world_size}"
         )
         on_accelerator = is_accelerator_available()
+        self._on_accelerator = on_accelerator
         if not on_accelerator and tp_size != 1:
             raise ValueError(
                 f"rollout.tensor_model_parallel_size={tp_size}: the in-process CPU engine supports only 1 "
@@ -261,6 +263,17 @@ class vLLMRollout(BaseRollout):
         return fields
 
     @torch.no_grad()
+    def _require_engine_memory(self) -> None:
+        """Refuse to generate while the hand-off has the CPU engine's memory released (``free_cache_engine``): its
+        weights are gone until the sharding manager reloads them, and a failed engine step leaves its requests
+        behind in the engine."""
+        if not self._on_accelerator and any(self.inference_engine.collective_rpc(released_bytes)):
+            raise RuntimeError(
+                "the vLLM engine's weights and KV cache are released between generations "
+                "(actor_rollout_ref.rollout.free_cache_engine=True on CPU); generate inside the rollout sharding "
+                "manager, which reloads them, or set free_cache_engine=False"
+            )
+
     def generate_sequences(self, prompts: DataProto, **kwargs) -> DataProto:
         """Generate for left-padded ``input_ids``/``attention_mask``/``position_ids`` ``(B, P)``.
 
@@ -313,6 +326,7 @@ class vLLMRollout(BaseRollout):
             params["ignore_eos"] = True
             params["stop_token_ids"] = [int(t) for t in eos_ids if t is not None]
         n = int(params["n"])
+        self._require_engine_memory()
         outputs = self.inference_engine.generate(
             prompts=inputs, sampling_params=SamplingParams(**params), use_tqdm=False
         )
@@ -360,6 +374,7 @@ class vLLMRollout(BaseRollout):
         """One assistant turn per token-id prompt (a batched engine call of the agent loops), each stopping at a
         stop token or its own ``max_tokens``; with ``calculate_log_probs`` the sampled tokens' log-probs too."""
         sampling = [self.turn_params(request, stop_token_ids, m) for m in max_tokens]
+        self._require_engine_memory()
         outputs = self.inference_engine.generate(
             prompts=[{"prompt_token_ids": list(p)} for p in prompts], sampling_params=sampling, use_tqdm=False
         )
@@ -369,4 +384,5 @@ class vLLMRollout(BaseRollout):
         """The async mode's server: each turn is its own engine request, continuously batched."""
         from verl.workers.rollout.vllm_rollout.continuous_batcher import ContinuousBatcher
 
+        self._require_engine_memory()
         return ContinuousBatcher(self, request, stop_token_ids)
