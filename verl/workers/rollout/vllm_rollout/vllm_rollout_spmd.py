@@ -262,7 +262,6 @@ class vLLMRollout(BaseRollout):
             fields["min_p"] = 0.0
         return fields
 
-    @torch.no_grad()
     def _require_engine_memory(self) -> None:
         """Refuse to generate while the hand-off has the CPU engine's memory released (``free_cache_engine``): its
         weights are gone until the sharding manager reloads them, and a failed engine step leaves its requests
@@ -274,6 +273,7 @@ class vLLMRollout(BaseRollout):
                 "manager, which reloads them, or set free_cache_engine=False"
             )
 
+    @torch.no_grad()
     def generate_sequences(self, prompts: DataProto, **kwargs) -> DataProto:
         """Generate for left-padded ``input_ids``/``attention_mask``/``position_ids`` ``(B, P)``.
 
