@@ -24,6 +24,14 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             f"from actor_rollout_ref.actor.ulysses_sequence_parallel_size={actor_sp}: the reference shares the "
             "actor's workers and sequence-parallel mesh; leave ref's at its default (the actor's value)"
         )
+    rollout = arr.rollout
+    if rollout.name == "vllm" and rollout.free_cache_engine and not rollout.enforce_eager:
+        # sleep mode (GPU) and the CPU release both drop what a captured/compiled graph points at
+        raise ConfigError(
+            "actor_rollout_ref.rollout.enforce_eager=False with free_cache_engine=True: the engine's weights and KV "
+            "cache are released between generations, which graphs captured over them cannot survive; set "
+            "enforce_eager=True, or free_cache_engine=False to keep the engine's memory"
+        )
     if use_rm and config.reward_model.ulysses_sequence_parallel_size > 1:
         raise ConfigError(
             f"reward_model.ulysses_sequence_parallel_size={config.reward_model.ulysses_sequence_parallel_size}: "

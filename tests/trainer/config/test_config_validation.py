@@ -488,6 +488,26 @@ def test_settings_the_workers_cannot_honour_are_refused_before_ray(base_cfg, upd
         check_ppo_config(_with(base_cfg, **updates))
 
 
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="rollout.name=vllm needs vllm installed")
+def test_vllm_graphs_with_a_released_engine_are_refused(base_cfg, tmp_path):
+    """free_cache_engine releases the engine's memory between generations (sleep mode on GPU, the hand-off's release
+    on CPU); CUDA graphs or compiled graphs (enforce_eager=False) cannot survive that."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=128).save_pretrained(tmp_path)
+    vllm = {"actor_rollout_ref__model__path": str(tmp_path), "actor_rollout_ref__rollout__name": "vllm"}
+    with pytest.raises(ConfigError, match="enforce_eager=False with free_cache_engine=True"):
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__rollout__enforce_eager=False, **vllm))
+    check_ppo_config(
+        _with(
+            base_cfg,
+            actor_rollout_ref__rollout__enforce_eager=False,
+            actor_rollout_ref__rollout__free_cache_engine=False,
+            **vllm,
+        )
+    )
+
+
 def test_lora_is_accepted_with_both_rollouts(base_cfg, tmp_path):
     check_ppo_config(_with(base_cfg, actor_rollout_ref__model__lora_rank=8))
     if importlib.util.find_spec("vllm") is not None:  # the hand-off folds the adapter into the base weights
