@@ -137,6 +137,58 @@ def test_chunked_logprob_entropy_match_naive_with_grads(bs, seq, vocab, chunk, s
     assert (ent >= -1e-12).all() and (ent <= math.log(vocab) + 1e-9).all()
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    bs=st.integers(1, 3),
+    seq=st.integers(2, 6),
+    vocab=st.integers(2, 17),
+    chunk=st.integers(1, 5),
+    seed=st.integers(0, 10_000),
+)
+def test_logprobs_with_metric_entropy_in_one_pass(bs, seq, vocab, chunk, seed):
+    """The fused pass gives the same log-probs (and gradients) as the naive form and the entropy as a value only."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(bs, seq + 1, vocab, generator=g, dtype=torch.float64) * 3
+    labels = torch.randint(0, vocab, (bs, seq), generator=g)
+    weights = torch.randn(bs, seq, generator=g, dtype=torch.float64)
+
+    old = verl_F._CHUNK_ELEMENTS
+    verl_F._CHUNK_ELEMENTS = chunk * vocab  # force several chunks
+    try:
+        ours_in = base.clone().requires_grad_(True)
+        lp, ent = verl_F.logprobs_and_entropy_from_logits(ours_in[:, :-1], labels)  # a non-contiguous view
+        (lp * weights).sum().backward()
+    finally:
+        verl_F._CHUNK_ELEMENTS = old
+
+    ref_in = base.clone().requires_grad_(True)
+    ref_logits = ref_in[:, :-1]
+    ref_lp = verl_F.logprobs_from_logits_naive(ref_logits, labels)
+    (ref_lp * weights).sum().backward()
+    ref_ent = -(F.softmax(ref_logits, -1) * F.log_softmax(ref_logits, -1)).sum(-1)
+
+    assert lp.dtype == ent.dtype == torch.float64 and not ent.requires_grad
+    assert torch.allclose(lp, ref_lp, atol=1e-10)
+    assert torch.allclose(ent, ref_ent.detach(), atol=1e-10)
+    assert torch.allclose(ours_in.grad, ref_in.grad, atol=1e-10)
+
+
+def test_logprobs_with_metric_entropy_bf16_and_by_hand():
+    logits = torch.tensor([[0.0, math.log(3.0)], [0.0, 0.0]])
+    lp, ent = verl_F.logprobs_and_entropy_from_logits(logits, torch.tensor([1, 0]))
+    h = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    assert torch.allclose(lp, torch.tensor([math.log(0.75), math.log(0.5)]))
+    assert torch.allclose(ent, torch.tensor([h, math.log(2.0)]))
+    # bf16 logits: both in float32, from the bf16 values
+    xb = (torch.randn(5, 7, 300) * 4).bfloat16()
+    labels = torch.randint(0, 300, (5, 7))
+    lp, ent = verl_F.logprobs_and_entropy_from_logits(xb, labels)
+    x32 = xb.float()
+    assert lp.dtype == ent.dtype == torch.float32
+    assert torch.allclose(lp, verl_F.logprobs_from_logits_naive(x32, labels), atol=1e-5)
+    assert torch.allclose(ent, -(F.softmax(x32, -1) * F.log_softmax(x32, -1)).sum(-1), atol=1e-5)
+
+
 def test_entropy_with_chunking_and_bf16():
     x = torch.randn(9, 11)
     assert torch.allclose(verl_F.entropy_from_logits_with_chunking(x, chunk_size=2), verl_F.entropy_from_logits(x))

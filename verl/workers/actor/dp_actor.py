@@ -102,11 +102,9 @@ class DataParallelPPOActor(BasePPOActor):
         self.device = compute_device()
 
     # --------------------------------------------------------------------------------------------------------
-    def _entropy(self, logits: torch.Tensor, needs_grad: bool = True) -> torch.Tensor:
-        if not needs_grad:  # a metric only: no autograd graph over the logits
-            with torch.no_grad():
-                return self._entropy_fn(logits.detach())
-        if self.config.entropy_checkpointing and torch.is_grad_enabled():
+    def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
+        """The entropy a loss differentiates (``entropy_coeff != 0``)."""
+        if self.config.entropy_checkpointing:
             return torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False)
         return self._entropy_fn(logits)
 
@@ -147,8 +145,9 @@ class DataParallelPPOActor(BasePPOActor):
                 else:
                     logits = self.actor_module(input_ids=ids_rmpad, **kwargs, **mm_kwargs).logits.squeeze(0)
                     logits.div_(temperature)
-                    log_probs = verl_F.logprobs_from_logits(logits, labels.squeeze(0))
-                    token_entropy = self._entropy(logits, entropy_grad) if calculate_entropy else None
+                    log_probs, token_entropy = self._log_probs_and_entropy(
+                        logits, labels.squeeze(0), calculate_entropy, entropy_grad
+                    )
                 log_probs = unpack_to_padded(gather_sequence_parallel(log_probs, sp, sp_pad), valid)
                 log_probs = log_probs[:, -response_length - 1 : -1]
                 if calculate_entropy:
@@ -171,10 +170,25 @@ class DataParallelPPOActor(BasePPOActor):
                 logits = output.logits
                 logits.div_(temperature)
                 logits = logits[:, -kept - 1 : -1, :]  # the positions that predict each (kept) response token
-                log_probs = _pad_responses(verl_F.logprobs_from_logits(logits, responses[:, :kept]), response_length)
+                log_probs, entropy = self._log_probs_and_entropy(
+                    logits, responses[:, :kept], calculate_entropy, entropy_grad
+                )
+                log_probs = _pad_responses(log_probs, response_length)
                 if calculate_entropy:
-                    entropy = _pad_responses(self._entropy(logits, entropy_grad), response_length)
+                    entropy = _pad_responses(entropy, response_length)
         return entropy, log_probs
+
+    def _log_probs_and_entropy(
+        self, logits: torch.Tensor, labels: torch.Tensor, calculate_entropy: bool, entropy_grad: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs of ``labels`` and, when asked, the entropy. An entropy no loss differentiates (a metric, or any
+        no-grad pass) comes from the log-probs' own pass over the vocabulary (``logprobs_and_entropy_from_logits``);
+        on SmolLM2-135M's shape that took 0.25 s against 0.14 s plus a compiled entropy's 0.33-1.3 s."""
+        if not calculate_entropy:
+            return verl_F.logprobs_from_logits(logits, labels), None
+        if not (entropy_grad and torch.is_grad_enabled()):
+            return verl_F.logprobs_and_entropy_from_logits(logits, labels)
+        return verl_F.logprobs_from_logits(logits, labels), self._entropy(logits)
 
     def _fused_padded_forward(
         self, micro_batch: dict, mm_kwargs: dict, temperature: float, calculate_entropy: bool, entropy_grad: bool
