@@ -1,5 +1,6 @@
 """Tests for verl.utils.torch_functional: masked ops, log-probs/entropy, padding, unpadding, schedules."""
 
+import contextlib
 import math
 
 import pytest
@@ -99,30 +100,45 @@ def test_logprobs_and_entropy_by_hand():
     assert torch.equal(verl_F.gather_from_labels(logits, torch.tensor([1, 0])), torch.tensor([math.log(3.0), 0.0]))
 
 
-@settings(max_examples=25, deadline=None)
-@given(
-    bs=st.integers(1, 3),
-    seq=st.integers(2, 6),
-    vocab=st.integers(2, 17),
-    chunk=st.integers(1, 5),
-    seed=st.integers(0, 10_000),
-)
-def test_chunked_logprob_entropy_match_naive_with_grads(bs, seq, vocab, chunk, seed):
+def _chunked_cases(test):
+    """Random (bs, seq, vocab) logits cut into ``chunk``-row blocks."""
+    return settings(max_examples=25, deadline=None)(
+        given(
+            bs=st.integers(1, 3),
+            seq=st.integers(2, 6),
+            vocab=st.integers(2, 17),
+            chunk=st.integers(1, 5),
+            seed=st.integers(0, 10_000),
+        )(test)
+    )
+
+
+def _random_case(bs: int, seq: int, vocab: int, seed: int):
+    """float64 logits ``(bs, seq + 1, vocab)``, labels and loss weights ``(bs, seq)``."""
     g = torch.Generator().manual_seed(seed)
     base = torch.randn(bs, seq + 1, vocab, generator=g, dtype=torch.float64) * 3
-    labels = torch.randint(0, vocab, (bs, seq), generator=g)
-    weights = torch.randn(bs, seq, generator=g, dtype=torch.float64)
+    return base, torch.randint(0, vocab, (bs, seq), generator=g), torch.randn(bs, seq, generator=g, dtype=torch.float64)
 
+
+@contextlib.contextmanager
+def _chunk_elements(elements: int):
     old = verl_F._CHUNK_ELEMENTS
-    verl_F._CHUNK_ELEMENTS = chunk * vocab  # force several chunks
+    verl_F._CHUNK_ELEMENTS = elements
     try:
+        yield
+    finally:
+        verl_F._CHUNK_ELEMENTS = old
+
+
+@_chunked_cases
+def test_chunked_logprob_entropy_match_naive_with_grads(bs, seq, vocab, chunk, seed):
+    base, labels, weights = _random_case(bs, seq, vocab, seed)
+    with _chunk_elements(chunk * vocab):  # several chunks
         ours_in = base.clone().requires_grad_(True)
         sliced = ours_in[:, :-1]  # non-contiguous view, as the actor slices logits[:, -T-1:-1]
         lp = verl_F.logprobs_from_logits(sliced, labels)
         ent = verl_F.entropy_from_logits(sliced)
         ((lp + 0.3 * ent) * weights).sum().backward()
-    finally:
-        verl_F._CHUNK_ELEMENTS = old
 
     ref_in = base.clone().requires_grad_(True)
     ref_logits = ref_in[:, :-1]
@@ -137,29 +153,14 @@ def test_chunked_logprob_entropy_match_naive_with_grads(bs, seq, vocab, chunk, s
     assert (ent >= -1e-12).all() and (ent <= math.log(vocab) + 1e-9).all()
 
 
-@settings(max_examples=25, deadline=None)
-@given(
-    bs=st.integers(1, 3),
-    seq=st.integers(2, 6),
-    vocab=st.integers(2, 17),
-    chunk=st.integers(1, 5),
-    seed=st.integers(0, 10_000),
-)
+@_chunked_cases
 def test_logprobs_with_metric_entropy_in_one_pass(bs, seq, vocab, chunk, seed):
     """The fused pass gives the same log-probs (and gradients) as the naive form and the entropy as a value only."""
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randn(bs, seq + 1, vocab, generator=g, dtype=torch.float64) * 3
-    labels = torch.randint(0, vocab, (bs, seq), generator=g)
-    weights = torch.randn(bs, seq, generator=g, dtype=torch.float64)
-
-    old = verl_F._CHUNK_ELEMENTS
-    verl_F._CHUNK_ELEMENTS = chunk * vocab  # force several chunks
-    try:
+    base, labels, weights = _random_case(bs, seq, vocab, seed)
+    with _chunk_elements(chunk * vocab):  # several chunks
         ours_in = base.clone().requires_grad_(True)
         lp, ent = verl_F.logprobs_and_entropy_from_logits(ours_in[:, :-1], labels)  # a non-contiguous view
         (lp * weights).sum().backward()
-    finally:
-        verl_F._CHUNK_ELEMENTS = old
 
     ref_in = base.clone().requires_grad_(True)
     ref_logits = ref_in[:, :-1]
