@@ -117,10 +117,11 @@ class Worker(WorkerHelper):
         self._rank = int(os.environ["RANK"])
         self._master_addr = os.environ["MASTER_ADDR"]
         self._master_port = os.environ["MASTER_PORT"]
-        # A Ray worker group names the host-local placement RAY_LOCAL_*; the rest of the worker (its share of a
-        # CPU host's cores, the engines on the host) reads LOCAL_*.
-        self._local_world_size = int(os.getenv("LOCAL_WORLD_SIZE") or os.getenv("RAY_LOCAL_WORLD_SIZE") or 1)
-        self._local_rank = int(os.getenv("LOCAL_RANK") or os.getenv("RAY_LOCAL_RANK") or 0)
+        # A Ray worker group names the host-local placement RAY_LOCAL_* (set per worker, so it beats a LOCAL_* the
+        # worker inherited from the driver's environment); the rest of the worker (its share of a CPU host's cores,
+        # the engines on the host) reads LOCAL_*.
+        self._local_world_size = int(os.getenv("RAY_LOCAL_WORLD_SIZE") or os.getenv("LOCAL_WORLD_SIZE") or 1)
+        self._local_rank = int(os.getenv("RAY_LOCAL_RANK") or os.getenv("LOCAL_RANK") or 0)
         self._cuda_visible_devices = cuda_visible_devices
 
         values = {
