@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from verl.utils import torch_functional as verl_F
+from verl.utils import vocab_chunks
 
 
 # ---------------------------------------------------------------- masked ops
@@ -122,12 +123,12 @@ def _random_case(bs: int, seq: int, vocab: int, seed: int):
 
 @contextlib.contextmanager
 def _chunk_elements(elements: int):
-    old = verl_F._CHUNK_ELEMENTS
-    verl_F._CHUNK_ELEMENTS = elements
+    old = vocab_chunks._CHUNK_ELEMENTS
+    vocab_chunks._CHUNK_ELEMENTS = elements
     try:
         yield
     finally:
-        verl_F._CHUNK_ELEMENTS = old
+        vocab_chunks._CHUNK_ELEMENTS = old
 
 
 @_chunked_cases

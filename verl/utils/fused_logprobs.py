@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-# the unfused log-probs' chunk budget (~64 MB per float32 temporary) and accumulation dtype, so both paths agree
-from verl.utils.torch_functional import _CHUNK_ELEMENTS, _acc_dtype
+# the unfused log-probs' accumulation dtype, so both paths agree
+from verl.utils.vocab_chunks import acc_dtype
 
 __all__ = [
     "FusedHeadOutput",
@@ -45,6 +45,11 @@ def logit_transform_reason(text_config) -> str | None:
     return None
 
 
+# Logit elements per chunk (~64 MB per float32 temporary). Larger than the unfused path's cache-sized chunks: each
+# chunk here is also an lm-head matmul, which re-reads the whole (vocab, hidden) weight and needs many rows to pay.
+_CHUNK_ELEMENTS = 1 << 24
+
+
 def _row_step(vocab: int, chunk_rows: int | None) -> int:
     return chunk_rows or max(1, _CHUNK_ELEMENTS // max(vocab, 1))
 
@@ -58,7 +63,7 @@ class _FusedLinearLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, temperature: float, chunk_rows: int | None, with_entropy: bool):
         n, vocab = hidden.shape[0], weight.shape[0]
-        acc = _acc_dtype(hidden)
+        acc = acc_dtype(hidden)
         log_probs = torch.empty(n, dtype=acc, device=hidden.device)
         lse = torch.empty_like(log_probs)
         entropy = torch.empty_like(log_probs) if with_entropy else None
