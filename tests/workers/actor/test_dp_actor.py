@@ -132,6 +132,30 @@ def test_use_torch_compile_compiles_the_entropy_and_changes_no_value():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_entropy_checkpointing_recomputes_the_differentiated_entropy_only(monkeypatch):
+    """entropy_checkpointing wraps the entropy a loss differentiates in torch.utils.checkpoint, with the same values and
+    gradients; the metric entropy (no grad) comes from the log-probs' pass and is never checkpointed."""
+    calls = []
+    checkpoint = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
+    data = log_prob_meta(rollout_batch())
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_lm()
+        actor = DataParallelPPOActor(actor_config(entropy_checkpointing=checkpointing, entropy_coeff=0.01), model)
+        with torch.no_grad():
+            actor._forward_micro_batch(data.batch, TEMPERATURE, calculate_entropy=True)
+        assert not calls  # the metric pass
+        entropy, _ = actor._forward_micro_batch(data.batch, TEMPERATURE, calculate_entropy=True)
+        entropy.sum().backward()
+        assert len(calls) == int(checkpointing)
+        grads.append((entropy.detach(), [p.grad for p in model.parameters()]))
+    (want, want_grads), (got, got_grads) = grads
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w)
+
+
 def test_remove_padding_equals_padded():
     model = tiny_lm()
     padded = DataParallelPPOActor(actor_config(), model)
