@@ -103,11 +103,31 @@ def _check_unimplemented_switches(config) -> None:
             "actor_rollout_ref.rollout.multi_stage_wake_up=True (SGLang's staged weight/KV-cache wake-up) is not "
             "implemented; set it False"
         )
+    _check_nsight_options(config.trainer)
     for key, section in (("actor_rollout_ref.actor", arr.actor), ("critic", config.critic)):
         if section.shuffle:
             raise ConfigError(
                 f"{key}.shuffle=True is not implemented: mini-batches are taken in the batch's order (as in verl, "
                 "where the key is unused too); set it False (data.shuffle shuffles the prompts)"
+            )
+
+
+def _check_nsight_options(trainer) -> None:
+    """verl starts Nsight Systems around its controller and workers with these options; here profiling takes
+    torch.profiler traces instead (``trainer.profile_steps`` with each role's ``profiler``), so a changed option is
+    refused. Their defaults stay in the config for verl's scripts and recipes that carry them."""
+    from verl.trainer.config.trainer import TrainerConfig
+
+    defaults = TrainerConfig()
+    for name in ("controller_nsight_options", "worker_nsight_options"):
+        value, default = dict(getattr(trainer, name) or {}), getattr(defaults, name)
+        if value != default:
+            changed = {k: value.get(k) for k in sorted(set(value) | set(default)) if value.get(k) != default.get(k)}
+            raise ConfigError(
+                f"trainer.{name} set to {changed}: no Nsight Systems session is started here; trainer.profile_steps "
+                "with a role's profiler (e.g. actor_rollout_ref.actor.profiler.ranks=[0]) writes torch.profiler "
+                "Chrome traces, CUDA kernels included on GPU (docs/performance.md). Leave the options at their "
+                "defaults, or run the job under nsys yourself"
             )
 
 

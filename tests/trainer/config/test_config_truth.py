@@ -50,7 +50,7 @@ _RM_TEMPLATE = "test_trainer_inprocess::test_reward_model_with_its_own_chat_temp
 _LORA = "lora_rank > 0 (test_vllm_grpo_e2e::test_hand_off_keeps_rollout_and_actor_log_probs_equal[lora])"
 _COV = "its loss_mode (tests/trainer/ppo/test_core_algos_losses.py::test_{clip,kl}_cov_*)"
 _SAPO = "loss_mode=sapo (test_trainer_inprocess::test_newer_policy_losses_one_step)"
-_NSIGHT = "nsys on GPU under Ray (profile_steps); no CPU test"
+_NSIGHT = "refused when changed from its default (config_capabilities; test_config_validation)"
 REF = "actor_rollout_ref.ref"
 
 # key (or 'prefix.*') -> where it is honoured or refused, for keys the runs above do not read.

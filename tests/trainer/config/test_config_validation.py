@@ -481,6 +481,11 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
             },
             "impl_backend='triton': only the 'torch' backend of the fused log-prob head is built",
         ),
+        (
+            {"trainer__worker_nsight_options__trace": "cuda,nvtx"},
+            r"trainer.worker_nsight_options set to \{'trace': 'cuda,nvtx'\}: no Nsight Systems session",
+        ),
+        ({"trainer__controller_nsight_options__kill": "none"}, r"controller_nsight_options set to \{'kill': 'none'\}"),
     ],
 )
 def test_settings_the_workers_cannot_honour_are_refused_before_ray(base_cfg, updates, expected):
