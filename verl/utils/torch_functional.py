@@ -2,8 +2,7 @@
 
 Masked reductions, log-prob and entropy of logits (computed in row chunks by :mod:`verl.utils.vocab_chunks`, so
 that no extra full-size float32 copy of the ``(tokens, vocab)`` logits is ever materialised), padding and
-remove-padding helpers,
-small distributed helpers and learning-rate schedules.
+remove-padding helpers, small distributed helpers and learning-rate schedules.
 """
 
 from __future__ import annotations
