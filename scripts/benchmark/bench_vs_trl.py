@@ -10,7 +10,7 @@ Prints one JSON line per figure: each side's median step time (first step exclud
 seconds, generated tokens per second, peak resident memory (total, and per role for ours), and the ratio TRL / ours
 (above 1: we are faster). ``pip install -e .[bench]`` installs TRL.
 
-    python scripts/benchmark/bench_vs_trl.py --size 25m --rollout vllm [--steps 4] [--prompts 8] [--n 4]
+    python scripts/benchmark/bench_vs_trl.py --size 25m --rollout vllm [--steps 4] [--prompts 8] [--n 4] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -121,13 +121,23 @@ class TreeMemory:
             root = psutil.Process(self.pid)
         except psutil.NoSuchProcess:
             return
-        last_pss = 0.0
         groups: dict[int, str] = {}  # a pid keeps its group; Ray renames a worker's title per method, not its class
+        procs: list = []
+        next_listing, last_pss, rss_at_last_pss = 0.0, -1e9, 0
+        # The sampler shares the measured cores, and runs at nice 0 where Ray's workers run at nice 15, so every
+        # cycle it takes comes out of the measured run: it lists and groups the process tree (a walk over /proc and
+        # the new processes' command lines) once a second, and reads RSS (cheap) every 0.2 s.
         while not self._stop.is_set():
-            try:
-                procs = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                return
+            now = time.monotonic()
+            if now >= next_listing:
+                try:
+                    procs = [root, *root.children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    return
+                next_listing = now + 1.0
+                for proc in procs:  # a Ray worker starts as default_worker.py and takes its class name later
+                    if groups.get(proc.pid, "other") == "other":
+                        groups[proc.pid] = self._group(proc)
             total, by_group, rss_of = 0, {}, {}
             for proc in procs:
                 try:
@@ -135,14 +145,14 @@ class TreeMemory:
                 except psutil.Error:
                     continue
                 total += rss
-                group = groups.get(proc.pid) or self._group(proc)
-                if group != "other":  # a Ray worker starts as default_worker.py and takes its class name later
-                    groups[proc.pid] = group
+                group = groups.get(proc.pid, "other")
                 by_group[group] = by_group.get(group, 0) + rss
-            # PSS walks every mapping of every process (and holds their memory maps' locks meanwhile), which would
-            # slow the measured run (~50 ms per worker): read it at most once a second, and only near the RSS
-            # peak, where the PSS peak is too.
-            if total >= 0.97 * self.peak_total and time.monotonic() - last_pss >= 1.0:
+            # PSS walks every mapping of every process (30-50 ms per worker, holding its memory map's lock; read each
+            # second, it took 10% of a core): read it only near the RSS peak, where the PSS peak is too; there once a
+            # second while the RSS climbs (1% above where PSS was last read), else every 10 s.
+            since = now - last_pss
+            climbing = total > 1.01 * rss_at_last_pss
+            if total >= 0.97 * self.peak_total and since >= 1.0 and (climbing or since >= 10.0):
                 pss_by_group: dict[str, int] = {}
                 for pid, rss in rss_of.items():
                     group = groups.get(pid, "other")
@@ -150,7 +160,7 @@ class TreeMemory:
                 pss = sum(pss_by_group.values())
                 if pss > self.peak_pss:
                     self.peak_pss, self.pss_by_group_at_peak = pss, pss_by_group
-                last_pss = time.monotonic()
+                last_pss, rss_at_last_pss = now, total
             self.peak_total = max(self.peak_total, total)
             for group, rss in by_group.items():
                 self.peak_by_group[group] = max(self.peak_by_group.get(group, 0), rss)
@@ -327,29 +337,67 @@ def our_overrides(args, model: str, work_dir: str) -> list[str]:
     ]
 
 
-def measure_ours(args, model: str, work_dir: str) -> float:
-    """Run main_ppo with ``args.rollout``; emit its figures; return its median step seconds."""
+def measure_ours(args, model: str, work_dir: str) -> dict:
+    """Run main_ppo with ``args.rollout`` once; return its per-step seconds, phases, generated tokens and memory."""
     os.makedirs(work_dir, exist_ok=True)
-    tag = f"ours_{args.rollout}"
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *our_overrides(args, model, work_dir)]
     # On the cluster main_ppo starts, the controller (trainer) runs in the driver process: its memory is "driver".
     # A TaskRunner actor appears only on a cluster that was already running.
     groups = {"workers": "ray::WorkerDict", "trainer": "ray::_TaskRunner"}
     memory = run_measured(cmd, dict(os.environ), groups, os.path.join(work_dir, "ours.log"))
     history = read_our_history(os.path.join(work_dir, "ours"))
-    step = median_after_warmup([h["timing_s/step"] for h in history])
-    emit(f"{tag}_step_s", round(step, 3), steps=[round(h["timing_s/step"], 2) for h in history])
-    for phase in PHASES:
-        key = f"timing_s/{phase}"
-        if key in history[-1]:
-            emit(f"{tag}_phase_{phase}_s", round(median_after_warmup([h[key] for h in history]), 3))
-    tokens = median_after_warmup([h["response_length/mean"] * args.prompts * args.n for h in history])
-    emit(f"{tag}_tokens_per_s", round(tokens / step, 1))
-    emit(f"{tag}_peak_rss_gb", round(memory.peak_total / 2**30, 2))
-    emit(f"{tag}_peak_pss_gb", round(memory.peak_pss / 2**30, 2))
-    for group, rss in sorted(memory.peak_by_group.items()):
+    return {
+        "step_s": [h["timing_s/step"] for h in history],
+        "phases": [{p: h[f"timing_s/{p}"] for p in PHASES if f"timing_s/{p}" in h} for h in history],
+        "tokens": [h["response_length/mean"] * args.prompts * args.n for h in history],
+        "memory": memory,
+    }
+
+
+def measure_trl(args, model: str, work_dir: str) -> dict:
+    """Run TRL's GRPOTrainer once in its own process; return the same figures as :func:`measure_ours`."""
+    os.makedirs(work_dir, exist_ok=True)
+    result = os.path.join(work_dir, "trl_result.json")
+    cmd = [sys.executable, __file__, "--_trl_child", "--model", model, "--train-file", args.train_file]
+    cmd += ["--result", result, "--work-dir", work_dir, "--steps", str(args.steps), "--prompts", str(args.prompts)]
+    cmd += ["--n", str(args.n), "--precision", args.precision, "--response-length", str(args.response_length)]
+    cmd += ["--kl-coef", str(args.kl_coef), "--lr", str(args.lr)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1), "TOKENIZERS_PARALLELISM": "false"}
+    memory = run_measured(cmd, env, {}, os.path.join(work_dir, "trl.log"))
+    with open(result) as f:
+        trl = json.load(f)
+    return {"step_s": trl["step_s"], "phases": trl.get("phases", []), "tokens": trl["tokens"], "memory": memory}
+
+
+def after_warmup(runs: list[dict], key: str) -> list:
+    """``key``'s per-step values of every run (one per round), each run's first step dropped as its warm-up."""
+    return [value for run in runs for value in (run[key][1:] if len(run[key]) > 1 else run[key])]
+
+
+def median_step(run: dict) -> float:
+    return statistics.median(after_warmup([run], "step_s"))
+
+
+def emit_side(tag: str, runs: list[dict], phases: tuple[str, ...]) -> float:
+    """Emit one side's figures over all its rounds; return its median step seconds."""
+    steps = after_warmup(runs, "step_s")
+    step = statistics.median(steps)
+    emit(f"{tag}_step_s", round(step, 3), steps=[[round(s, 2) for s in run["step_s"]] for run in runs])
+    per_step_phases = after_warmup(runs, "phases")
+    for phase in phases:
+        values = [p.get(phase, 0.0) for p in per_step_phases]
+        if any(values):
+            emit(f"{tag}_phase_{phase}_s", round(statistics.median(values), 3))
+    tokens = after_warmup(runs, "tokens")
+    if tokens:
+        emit(f"{tag}_tokens_per_s", round(statistics.median(tokens) / step, 1))
+    emit(f"{tag}_peak_rss_gb", round(max(r["memory"].peak_total for r in runs) / 2**30, 2))
+    emit(f"{tag}_peak_pss_gb", round(max(r["memory"].peak_pss for r in runs) / 2**30, 2))
+    worst = max(runs, key=lambda r: r["memory"].peak_pss)["memory"]  # the round with the highest summed PSS
+    for group in sorted({g for r in runs for g in r["memory"].peak_by_group}):
+        rss = max(r["memory"].peak_by_group.get(group, 0) for r in runs)
         emit(f"{tag}_peak_rss_gb_{group}", round(rss / 2**30, 2))
-    for group, pss in sorted(memory.pss_by_group_at_peak.items()):
+    for group, pss in sorted(worst.pss_by_group_at_peak.items()):
         emit(f"{tag}_pss_gb_at_peak_{group}", round(pss / 2**30, 2))
     return step
 
@@ -358,10 +406,6 @@ def read_our_history(run_dir: str) -> list[dict]:
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     return [r["metrics"] for r in records if r.get("kind") == "train"]
-
-
-def median_after_warmup(values: list[float]) -> float:
-    return statistics.median(values[1:] if len(values) > 1 else values)
 
 
 def main(argv=None) -> int:
@@ -384,6 +428,12 @@ def main(argv=None) -> int:
         "precision with fp32 master weights, as verl on GPUs)",
     )
     parser.add_argument("--skip-trl", action="store_true", help="measure only our side")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the sides alternately this many times each and pool their steps (the host's speed drifts)",
+    )
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("extra", nargs="*", help="extra Hydra overrides for main_ppo")
     parser.add_argument("--_trl_child", action="store_true", help=argparse.SUPPRESS)
@@ -411,50 +461,27 @@ def main(argv=None) -> int:
         n=args.n,
         precision=args.precision,
     )
-    cores = os.cpu_count() or 1
+    # The host's speed drifts by 20% and more over minutes (shared VMs), so a ratio read off one TRL run and one of ours
+    # taken minutes apart can be off by as much. --rounds alternates the sides (TRL, ours, TRL, ours ...) and pools
+    # their steps, and each round's own ratio is printed too.
+    rollouts = args.rollout.split(",")
+    runs: dict[str, list[dict]] = {"trl": [], **{rollout: [] for rollout in rollouts}}
+    for round_index in range(args.rounds):
+        suffix = f"_r{round_index}" if args.rounds > 1 else ""
+        if not args.skip_trl:
+            runs["trl"].append(measure_trl(args, model, os.path.join(work_dir, f"trl{suffix}")))
+        for rollout in rollouts:
+            args_r = argparse.Namespace(**{**vars(args), "rollout": rollout})
+            runs[rollout].append(measure_ours(args_r, model, os.path.join(work_dir, f"ours_{rollout}{suffix}")))
 
-    ratio_inputs = {}
-    if not args.skip_trl:
-        result = os.path.join(work_dir, "trl_result.json")
-        cmd = [sys.executable, __file__, "--_trl_child", "--model", model, "--train-file", args.train_file]
-        cmd += [
-            "--result",
-            result,
-            "--work-dir",
-            work_dir,
-            "--steps",
-            str(args.steps),
-            "--prompts",
-            str(args.prompts),
-            "--n",
-            str(args.n),
-            "--precision",
-            args.precision,
-        ]
-        cmd += ["--response-length", str(args.response_length), "--kl-coef", str(args.kl_coef), "--lr", str(args.lr)]
-        env = {**os.environ, "OMP_NUM_THREADS": str(cores), "TOKENIZERS_PARALLELISM": "false"}
-        memory = run_measured(cmd, env, {}, os.path.join(work_dir, "trl.log"))
-        with open(result) as f:
-            trl = json.load(f)
-        trl_step = median_after_warmup(trl["step_s"])
-        ratio_inputs["trl"] = trl_step
-        emit("trl_step_s", round(trl_step, 3), steps=[round(s, 2) for s in trl["step_s"]])
-        for phase in ("gen", "ref", "update_fwd"):
-            values = [p.get(phase, 0.0) for p in trl.get("phases", [])]
-            if any(values):
-                emit(f"trl_phase_{phase}_s", round(median_after_warmup(values), 3))
-        if trl["tokens"]:
-            emit("trl_tokens_per_s", round(median_after_warmup(trl["tokens"]) / trl_step, 1))
-        emit("trl_peak_rss_gb", round(memory.peak_total / 2**30, 2))
-        emit("trl_peak_pss_gb", round(memory.peak_pss / 2**30, 2))
-
-    for rollout in args.rollout.split(","):
-        args_r = argparse.Namespace(**{**vars(args), "rollout": rollout})
-        ours = measure_ours(args_r, model, os.path.join(work_dir, f"ours_{rollout}"))
-        if "trl" in ratio_inputs:
-            ratio = round(ratio_inputs["trl"] / ours, 2)
+    trl_step = emit_side("trl", runs["trl"], ("gen", "ref", "update_fwd")) if runs["trl"] else None
+    for rollout in rollouts:
+        ours = emit_side(f"ours_{rollout}", runs[rollout], PHASES)
+        if trl_step:
+            pairs = zip(runs["trl"], runs[rollout], strict=True)
+            per_round = [round(median_step(t) / median_step(o), 2) for t, o in pairs]
             target = 2 if rollout == "vllm" else 1
-            emit(f"ratio_trl_over_ours_{rollout}", ratio, target=f">= {target}")
+            emit(f"ratio_trl_over_ours_{rollout}", round(trl_step / ours, 2), target=f">= {target}", rounds=per_round)
     return 0
 
 

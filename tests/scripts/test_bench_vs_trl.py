@@ -1,0 +1,64 @@
+"""bench_vs_trl.py: our side's overrides compose with main_ppo's config, and rounds pool steps after each warm-up."""
+
+import argparse
+import importlib.util
+import json
+import os
+from types import SimpleNamespace
+
+from hydra import compose, initialize_config_dir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_vs_trl", f"{ROOT}/scripts/benchmark/bench_vs_trl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+
+def _args(**changes) -> argparse.Namespace:
+    """The bench's own defaults (8 prompts x n=4 x 128 tokens, 2 workers), with ``changes``."""
+    defaults = {"prompts": 8, "n": 4, "workers": 2, "micro": None, "lr": 1e-3, "kl_coef": 0.001}
+    defaults |= {"response_length": 128, "steps": 4, "precision": "fp32", "rollout": "vllm", "extra": []}
+    return argparse.Namespace(**{**defaults, "train_file": "/data/train.parquet", **changes})
+
+
+def test_our_overrides_compose_into_the_same_work_as_trls():
+    overrides = bench.our_overrides(_args(precision="bf16", micro=4), "/models/m", "/tmp/w")
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "verl", "trainer", "config"), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    arr = cfg.actor_rollout_ref
+    assert cfg.data.train_batch_size == 8 and arr.rollout.n == 4 and cfg.data.max_response_length == 128
+    assert arr.actor.ppo_mini_batch_size == 8 and arr.actor.ppo_micro_batch_size_per_gpu == 4
+    assert arr.actor.use_kl_loss and arr.actor.kl_loss_coef == 0.001 and arr.actor.optim.lr == 1e-3
+    assert arr.actor.fsdp_config.mixed_precision.param_dtype == "bf16" and arr.ref.fsdp_config.model_dtype == "bf16"
+    assert cfg.trainer.n_gpus_per_node == 2 and cfg.algorithm.adv_estimator == "grpo"
+
+
+def _memory(peak_gb: float) -> SimpleNamespace:
+    peak = int(peak_gb * 2**30)
+    return SimpleNamespace(
+        peak_total=peak, peak_pss=peak, peak_by_group={"workers": peak}, pss_by_group_at_peak={"workers": peak}
+    )
+
+
+def test_rounds_pool_every_runs_steps_after_its_own_warmup(capsys):
+    runs = [
+        {"step_s": [90.0, 10.0, 12.0], "phases": [{"gen": 50.0}, {"gen": 4.0}, {"gen": 6.0}], "tokens": [0, 100, 120]},
+        {"step_s": [80.0, 14.0, 16.0], "phases": [{"gen": 40.0}, {"gen": 8.0}, {"gen": 8.0}], "tokens": [0, 140, 160]},
+    ]
+    runs[0]["memory"], runs[1]["memory"] = _memory(1.0), _memory(3.0)
+    step = bench.emit_side("ours_vllm", runs, ("gen", "ref"))
+    assert step == 13.0  # median of 10, 12, 14, 16: the warm-up steps 90 and 80 are left out
+    assert bench.median_step(runs[0]) == 11.0 and bench.median_step(runs[1]) == 15.0
+    figures = {line["figure"]: line for line in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert figures["ours_vllm_phase_gen_s"]["value"] == 7.0  # 4, 6, 8, 8
+    assert "ours_vllm_phase_ref_s" not in figures  # a phase no step reported is not printed as zero
+    assert figures["ours_vllm_tokens_per_s"]["value"] == round(130 / 13.0, 1)
+    assert figures["ours_vllm_peak_pss_gb"]["value"] == 3.0  # the worst round's peak
+    assert figures["ours_vllm_step_s"]["steps"] == [[90.0, 10.0, 12.0], [80.0, 14.0, 16.0]]
