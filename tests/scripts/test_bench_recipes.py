@@ -1,23 +1,14 @@
 """bench_recipes.py: every variant's overrides compose with its entry point's config, and the summary is right."""
 
-import importlib.util
 import json
 import os
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.benchmark_scripts import ROOT, load_benchmark
 
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_recipes", f"{ROOT}/scripts/benchmark/bench_recipes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_benchmark("bench_recipes")
 
 
 def _config_of(module: str) -> tuple[str, str]:

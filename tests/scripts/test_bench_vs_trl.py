@@ -1,24 +1,15 @@
 """bench_vs_trl.py: our side's overrides compose with main_ppo's config, and rounds pool steps after each warm-up."""
 
 import argparse
-import importlib.util
 import json
 import os
 from types import SimpleNamespace
 
 from hydra import compose, initialize_config_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.benchmark_scripts import ROOT, load_benchmark
 
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_vs_trl", f"{ROOT}/scripts/benchmark/bench_vs_trl.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_benchmark("bench_vs_trl")
 
 
 def _args(**changes) -> argparse.Namespace:

@@ -1,22 +1,16 @@
 """scripts/benchmark/bench_gpu_throughput.py with its tiny shape: the three phases run and report sane figures."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 import torch.distributed as dist
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture
 def bench():
-    path = os.path.join(ROOT, "scripts", "benchmark", "bench_gpu_throughput.py")
-    spec = importlib.util.spec_from_file_location("bench_gpu_throughput", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
+    yield load_benchmark("bench_gpu_throughput")
     if dist.is_initialized():  # the worker joined a process group of one in this process
         dist.destroy_process_group()
 
