@@ -5,9 +5,9 @@
 
 Deterministic recipe, CPU only, nothing downloaded:
 
-1. the arithmetic task (``examples/data_preprocess/arithmetic.py``, seed 0) is written to a work folder,
+1. the arithmetic task (``verl.demo.arithmetic_task``, seed 0) is written to a work folder,
    including its *noisy* SFT corpus (60% of answers off by one);
-2. a seeded random Qwen2 model with the shipped byte-level tokenizer (``verl.utils.tiny_model``);
+2. a seeded random Qwen2 model with the shipped byte-level tokenizer (``verl.demo.tiny_model``);
 3. the SFT trainer (``torchrun -m verl.trainer.fsdp_sft_trainer``, one process, gloo) fits it to the corpus;
 4. the final ``global_step_N`` Hugging Face folder is copied to ``--out`` with a generation config.
 
@@ -18,7 +18,6 @@ ones quoted in docs/default_run.md.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -40,15 +39,6 @@ SFT = {
     "max_length": 32,
     "seed": 1,
 }
-
-
-def _load_generator():
-    """The data generator module from examples/ (not part of the installed package)."""
-    path = os.path.join(REPO, "examples", "data_preprocess", "arithmetic.py")
-    spec = importlib.util.spec_from_file_location("arithmetic_task", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def sft_command(init_dir: str, data: dict, ckpt_dir: str, sft: dict) -> list[str]:
@@ -88,11 +78,12 @@ def sft_command(init_dir: str, data: dict, ckpt_dir: str, sft: dict) -> list[str
 
 def build(out_dir: str, work_dir: str, sft: dict | None = None, threads: int | None = None) -> dict:
     """Run the recipe; returns figures (seconds, paths). ``out_dir`` is replaced."""
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.arithmetic_task import write_dataset
+    from verl.demo.tiny_model import make_tiny_model_dir
 
     sft = dict(SFT, **(sft or {}))
     start = time.time()
-    data = _load_generator().write_dataset(os.path.join(work_dir, "data"))
+    data = write_dataset(os.path.join(work_dir, "data"))
     init_dir = make_tiny_model_dir(
         os.path.join(work_dir, "init"), seed=MODEL_SEED, max_position_embeddings=sft["max_length"] * 4, **MODEL
     )

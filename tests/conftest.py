@@ -50,6 +50,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory) -> str:
     """A tiny random Qwen2.5-VL folder (model, tokenizer, image processor), built once per session."""
-    from verl.utils.tiny_vlm import make_tiny_vlm_dir
+    from verl.demo.tiny_vlm import make_tiny_vlm_dir
 
     return make_tiny_vlm_dir(str(tmp_path_factory.mktemp("tiny_vlm")))

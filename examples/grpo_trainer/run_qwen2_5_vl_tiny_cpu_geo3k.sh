@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 
 python3 -c "
 import os, sys
-from verl.utils.tiny_vlm import make_tiny_vlm_dir, write_tiny_geometry3k
+from verl.demo.tiny_vlm import make_tiny_vlm_dir, write_tiny_geometry3k
 work = sys.argv[1]
 if not os.path.isfile(os.path.join(work, 'model', 'config.json')):
     make_tiny_vlm_dir(os.path.join(work, 'model'))

@@ -5,7 +5,7 @@
 set -x
 
 MODEL_PATH=${MODEL_PATH:-$HOME/models/verl_tiny_qwen2}
-[ -f "$MODEL_PATH/config.json" ] || python3 -c "from verl.utils.tiny_model import make_tiny_model_dir as m; m('$MODEL_PATH')"
+[ -f "$MODEL_PATH/config.json" ] || python3 -c "from verl.demo.tiny_model import make_tiny_model_dir as m; m('$MODEL_PATH')"
 
 CONFIG_DIR=$(cd "$(dirname "$0")" && pwd)/config
 

@@ -6,7 +6,7 @@
 set -x
 
 MODEL_PATH=${MODEL_PATH:-$HOME/models/verl_tiny_qwen2_h32}
-[ -f "$MODEL_PATH/config.json" ] || python3 -c "from verl.utils.tiny_model import make_tiny_model_dir as m; m('$MODEL_PATH', hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256)"
+[ -f "$MODEL_PATH/config.json" ] || python3 -c "from verl.demo.tiny_model import make_tiny_model_dir as m; m('$MODEL_PATH', hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256)"
 
 CONFIG_DIR=$(cd "$(dirname "$0")" && pwd)/config
 

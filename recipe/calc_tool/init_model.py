@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from verl.utils.tiny_model import make_tiny_model_dir
+from verl.demo.tiny_model import make_tiny_model_dir
 
 # About 0.1M parameters besides the embeddings: enough to copy a 5-character expression into a call and the result
 # back within a few minutes of SFT on 2 CPU cores.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from verl.utils.tiny_model import make_tiny_model_dir
+from verl.demo.tiny_model import make_tiny_model_dir
 
 # About 0.1M parameters besides the embeddings: SFT learns the task in a few hundred steps of a minute or two on
 # 2 CPU cores (a 1M-parameter model of 4 layers learns it more slowly at this budget).

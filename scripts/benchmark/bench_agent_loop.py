@@ -123,7 +123,7 @@ def main() -> None:
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.tiny_model import make_tiny_model_dir
     from verl.workers.rollout.multi_turn import AgentLoopRollout
     from verl.workers.rollout.vllm_rollout import vLLMRollout
 

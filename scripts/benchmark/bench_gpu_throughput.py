@@ -143,9 +143,9 @@ def timed(fn, repeats: int, memory: PeakMemory) -> tuple[float, object, dict]:
 
 def run(args) -> list[dict]:
     """Build the model and the worker, time the three phases, emit and return one figure per phase."""
+    from verl.demo.tiny_model import make_tiny_model_dir
     from verl.utils.device import get_device_name
     from verl.utils.flops_counter import FlopsCounter, get_device_flops
-    from verl.utils.tiny_model import make_tiny_model_dir
     from verl.workers.fsdp_setup import attn_implementation
 
     shape = TINY if args.tiny else QWEN25_05B

@@ -70,7 +70,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
     from vllm.lora.request import LoRARequest
 
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.tiny_model import make_tiny_model_dir
     from verl.workers.fsdp_setup import apply_lora
     from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 

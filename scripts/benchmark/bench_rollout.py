@@ -30,11 +30,11 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.protocol import DataProto
 from verl.utils.device import get_device_id, get_device_name, get_torch_device, is_accelerator_available
 from verl.utils.fsdp_utils import get_fsdp_full_state_dict, get_fsdp_wrap_policy, wrap_model_for_training
 from verl.utils.model import compute_position_id_with_mask
-from verl.utils.tiny_model import make_tiny_model_dir
 from verl.workers.rollout import HFRollout
 
 

@@ -17,9 +17,9 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from tests.trainer.ppo_e2e_utils import compose_config, make_gsm8k_like_parquet, write_reward_fn  # noqa: E402
+from verl.demo.tiny_model import make_tiny_model_dir  # noqa: E402
 from verl.trainer.main_ppo import build_trainer, prepare_config, ray_init_kwargs  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
-from verl.utils.tiny_model import make_tiny_model_dir  # noqa: E402
 
 PHASES = ["gen", "old_log_prob", "ref", "adv", "update_actor", "reward"]
 WORKER_COMPUTE = ["generate_sequences", "worker/compute_log_prob", "worker/compute_ref_log_prob", "worker/update_actor"]

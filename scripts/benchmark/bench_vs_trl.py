@@ -445,8 +445,8 @@ def main(argv=None) -> int:
         trl_child(args)
         return 0
 
-    from verl.utils.builtin_assets import resolve_builtin_path
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.assets import resolve_builtin_path
+    from verl.demo.tiny_model import make_tiny_model_dir
 
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_vs_trl_")
     model = make_tiny_model_dir(os.path.join(work_dir, f"model_{args.size}"), **SIZES[args.size])

@@ -102,8 +102,8 @@ def test_math_dataset_from_local_jsonl(tmp_path):
 def test_gsm8k_multiturn_sft_feeds_the_multiturn_dataset(gsm8k_hub_copy, tmp_path):
     from transformers import AutoTokenizer
 
+    from verl.demo.tiny_model import shipped_tokenizer_path
     from verl.utils.dataset import MultiTurnSFTDataset
-    from verl.utils.tiny_model import shipped_tokenizer_path
 
     out = tmp_path / "sft"
     _module("gsm8k_multiturn_sft").main(["--local_dataset_path", gsm8k_hub_copy, "--local_dir", str(out)])
@@ -115,8 +115,8 @@ def test_gsm8k_multiturn_sft_feeds_the_multiturn_dataset(gsm8k_hub_copy, tmp_pat
 
 
 def test_geo3k_from_local_hub_copy_keeps_images_and_routes_to_the_geo3k_scorer(tmp_path):
+    from verl.demo.tiny_vlm import write_tiny_geometry3k
     from verl.utils.dataset.vision_utils import process_image
-    from verl.utils.tiny_vlm import write_tiny_geometry3k
 
     raw = write_tiny_geometry3k(str(tmp_path / "raw"), num_train=3, num_test=2)
     out = tmp_path / "out"

@@ -10,10 +10,10 @@ import torch
 import torch.distributed as dist
 
 from tests.gloo_ranks import spawn_gloo_ranks
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.model_merger import main
 from verl.model_merger.base_model_merger import ModelMergerConfig, generate_config_from_args, parse_args
 from verl.model_merger.fsdp_model_merger import merge_shards
-from verl.utils.tiny_model import make_tiny_model_dir
 
 WORLD = 2
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

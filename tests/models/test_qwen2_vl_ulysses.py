@@ -89,7 +89,7 @@ def test_sp2_vlm_log_probs_and_grads_match_single_process(tiny_vlm_dir, tmp_path
     import subprocess
     import sys
 
-    from verl.utils.tiny_vlm import write_tiny_geometry3k
+    from verl.demo.tiny_vlm import write_tiny_geometry3k
 
     raw = write_tiny_geometry3k(str(tmp_path / "raw"), num_train=3, num_test=1)
     data = tmp_path / "data"

@@ -65,11 +65,11 @@ def test_scripts_run_sft_then_grpo_in_process(tmp_path, monkeypatch):
     import torch.distributed as dist
 
     from tests.trainer.ppo_e2e_utils import compose_config
+    from verl.demo.tiny_model import make_tiny_model_dir
     from verl.single_controller.inprocess import InProcessWorkerGroup
     from verl.trainer.fsdp_sft_trainer import run_sft
     from verl.trainer.main_ppo import build_trainer, prepare_config
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-    from verl.utils.tiny_model import make_tiny_model_dir
 
     write_dataset(str(tmp_path / "data"), num_train=128, num_test=8, num_rl_train=16)
     init = make_tiny_model_dir(str(tmp_path / "init"), hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1)

@@ -119,7 +119,7 @@ def test_trainer_advantage_phase_writes_seq_level_rewards():
 def _compose(overrides):
     from hydra import compose, initialize_config_dir
 
-    from verl.utils.builtin_assets import resolve_builtin_paths
+    from verl.demo.assets import resolve_builtin_paths
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         config = compose(config_name="sppo_trainer", overrides=overrides)

@@ -8,7 +8,7 @@ import sys
 
 import pandas as pd
 
-from verl.utils.tiny_model import make_tiny_model_dir
+from verl.demo.tiny_model import make_tiny_model_dir
 
 
 def make_gsm8k_like_parquet(path: str, n: int, seed: int = 0) -> str:

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tests.trainer.ppo_e2e_utils import run_main_ppo
-from verl.utils.builtin_assets import resolve_builtin_path
+from verl.demo.assets import resolve_builtin_path
 from verl.utils.run_report import load_history
 
 VAL_KEY = "val-core/verl/arithmetic/reward/mean@1"

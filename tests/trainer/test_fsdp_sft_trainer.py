@@ -32,7 +32,7 @@ WORLD = 2
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """A tiny Qwen2 model dir and addition-problem parquet files (48 train / 16 val rows)."""
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.tiny_model import make_tiny_model_dir
 
     root = tmp_path_factory.mktemp("sft")
     make_tiny_model_dir(str(root / "model"), hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2)

@@ -13,12 +13,12 @@ import pytest
 import torch.distributed as dist
 from hydra import compose, initialize_config_dir
 
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.config_validation import ConfigError
 from verl.trainer.generation_config import check_generation_config, rollout_worker_config
 from verl.trainer.main_eval import evaluate, pass_at_k
 from verl.trainer.main_generation import run_generation, tokenize_chats
-from verl.utils.tiny_model import make_tiny_model_dir
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "verl", "trainer", "config")
 
@@ -112,7 +112,7 @@ def test_generation_then_eval_round_trip(workspace):
 
 
 def test_tokenize_chats_left_pads_and_keeps_the_prompt_end():
-    from verl.utils.tiny_model import shipped_tokenizer_path
+    from verl.demo.tiny_model import shipped_tokenizer_path
     from verl.utils.tokenizer import hf_tokenizer
 
     tokenizer = hf_tokenizer(shipped_tokenizer_path())

@@ -23,9 +23,9 @@ def generate_both(root: str) -> dict:
     """Greedy responses of the same model and prompts with rollout.name=hf and =vllm (in-process worker groups)."""
     from tests.trainer.ppo_e2e_utils import make_gsm8k_like_parquet
     from tests.trainer.test_main_generation_eval import compose_config
+    from verl.demo.tiny_model import make_tiny_model_dir
     from verl.single_controller.inprocess import InProcessWorkerGroup
     from verl.trainer.main_generation import run_generation
-    from verl.utils.tiny_model import make_tiny_model_dir
 
     # vLLM's CPU attention supports only some head sizes (64 here)
     model = make_tiny_model_dir(

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.trainer.ppo_e2e_utils import base_overrides, parse_console_metrics, run_main_ppo
-from verl.utils.tiny_model import make_tiny_model_dir
+from verl.demo.tiny_model import make_tiny_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = os.path.join(ROOT, "examples", "multiturn", "config")

@@ -22,8 +22,8 @@ STEPS = 30 if ON_DEVICE else 10
 def test_sft_torchrun_one_rank_nccl(tmp_path):
     from transformers import AutoModelForCausalLM
 
+    from verl.demo.tiny_model import make_tiny_model_dir
     from verl.single_controller.base.worker import WorkerHelper
-    from verl.utils.tiny_model import make_tiny_model_dir
 
     model = make_tiny_model_dir(str(tmp_path / "model"), hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
     rng = random.Random(0)

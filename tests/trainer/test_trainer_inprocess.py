@@ -171,7 +171,7 @@ def test_val_before_train_reports_val_core(workspace, tmp_path):
 
 
 def test_reward_model_worker_scores_with_a_sequence_classifier(workspace, tmp_path_factory):
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.tiny_model import make_tiny_model_dir
 
     rm_path = make_tiny_model_dir(
         str(tmp_path_factory.mktemp("rm") / "rm"),
@@ -204,7 +204,7 @@ def test_reward_model_with_its_own_chat_template(workspace, tmp_path_factory):
     import json
     import os
 
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.tiny_model import make_tiny_model_dir
 
     rm_path = make_tiny_model_dir(
         str(tmp_path_factory.mktemp("rm2") / "rm"),

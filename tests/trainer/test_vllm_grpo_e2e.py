@@ -23,10 +23,10 @@ from tests.trainer.ppo_e2e_utils import (
     run_main_ppo,
     write_reward_fn,
 )
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.main_ppo import build_trainer, prepare_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-from verl.utils.tiny_model import make_tiny_model_dir
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,

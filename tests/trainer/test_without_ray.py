@@ -91,8 +91,8 @@ def test_grpo_step_in_process_without_ray(site_dir, tmp_path):
 
 @pytest.mark.slow
 def test_sft_torchrun_without_ray(site_dir, tmp_path):
+    from verl.demo.tiny_model import make_tiny_model_dir
     from verl.single_controller.base.worker import WorkerHelper
-    from verl.utils.tiny_model import make_tiny_model_dir
 
     model = make_tiny_model_dir(str(tmp_path / "model"), hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1)
     rng = random.Random(0)

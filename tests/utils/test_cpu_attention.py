@@ -9,8 +9,8 @@ from transformers import AttentionInterface, AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import verl.utils.cpu_attention as cpu_attention_module
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.utils.cpu_attention import IMPLEMENTATION, cpu_attention, cpu_attention_forward, math_attention
-from verl.utils.tiny_model import make_tiny_model_dir
 
 
 class _Attention(torch.nn.Module):
@@ -196,7 +196,7 @@ def test_greedy_generation_is_unchanged_and_decodes_through_the_cpu_form(tiny_lm
 def test_only_the_decoder_of_a_vision_language_model_switches(tmp_path):
     from transformers import AutoConfig
 
-    from verl.utils.tiny_vlm import make_tiny_vlm_dir
+    from verl.demo.tiny_vlm import make_tiny_vlm_dir
 
     config = AutoConfig.from_pretrained(make_tiny_vlm_dir(str(tmp_path / "vlm")))
     config._attn_implementation = {"": "sdpa", "text_config": "sdpa", "vision_config": "eager"}

@@ -3,6 +3,7 @@
 import torch
 from transformers import Qwen2Config
 
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.utils.model import (
     compute_position_id_with_mask,
     create_random_mask,
@@ -10,7 +11,6 @@ from verl.utils.model import (
     get_model_size,
     update_model_config,
 )
-from verl.utils.tiny_model import make_tiny_model_dir
 
 
 def test_position_ids_left_padded():

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.utils import fs
-from verl.utils.tiny_model import make_tiny_model_dir
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import os
 import pytest
 from transformers import AutoTokenizer
 
-from verl.utils.tiny_model import shipped_tokenizer_path
+from verl.demo.tiny_model import shipped_tokenizer_path
 from verl.utils.tokenizer import build_byte_tokenizer, hf_processor, hf_tokenizer, set_pad_token_id
 
 

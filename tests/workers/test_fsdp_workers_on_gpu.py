@@ -25,7 +25,7 @@ ON_DEVICE = is_accelerator_available()
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.tiny_model import make_tiny_model_dir
 
     path = tmp_path_factory.mktemp("gpu_actor") / "model"
     return make_tiny_model_dir(

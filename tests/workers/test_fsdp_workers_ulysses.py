@@ -138,7 +138,7 @@ def _run(rank: int, model: str, critic: str, out: str):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.tiny_model import make_tiny_model_dir
 
     root = tmp_path_factory.mktemp("ulysses_workers")
     dims = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)

@@ -11,9 +11,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl.demo.tiny_vlm import write_tiny_geometry3k
 from verl.protocol import DataProto
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-from verl.utils.tiny_vlm import write_tiny_geometry3k
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.rollout import HFRollout
 

@@ -124,7 +124,7 @@ def check_generation_config(config: DictConfig) -> None:
 
     Raises ConfigError listing every problem, each naming the key, the value and what is expected.
     """
-    from verl.utils.builtin_assets import resolve_builtin_paths
+    from verl.demo.assets import resolve_builtin_paths
 
     resolve_builtin_paths(config)  # builtin://... (the shipped model and data) -> files under verl/assets
     with open_dict(config):  # verl's configs write ~/data/...; every later reader (workers too) gets the real path

@@ -6,9 +6,9 @@ import torch
 from omegaconf import OmegaConf
 
 from verl import DataProto
+from verl.demo.tiny_model import shipped_tokenizer_path
 from verl.trainer.ppo.reward import compute_reward, compute_reward_async, get_custom_reward_fn, load_reward_manager
 from verl.utils.reward_score import default_compute_score
-from verl.utils.tiny_model import shipped_tokenizer_path
 from verl.utils.tokenizer import hf_tokenizer
 from verl.workers.reward_manager import BatchRewardManager, DAPORewardManager, NaiveRewardManager
 

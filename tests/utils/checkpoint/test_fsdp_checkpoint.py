@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 
 from tests.gloo_ranks import spawn_gloo_ranks
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
-from verl.utils.tiny_model import make_tiny_model_dir
 
 WORLD = 2
 

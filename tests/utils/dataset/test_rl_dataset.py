@@ -10,10 +10,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl.demo.tiny_model import shipped_tokenizer_path
 from verl.utils.dataset.dataloader import StatefulDataLoader
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn, create_rl_dataset, create_rl_sampler
 from verl.utils.dataset.sampler import ResumableRandomSampler
-from verl.utils.tiny_model import shipped_tokenizer_path
 from verl.utils.tokenizer import hf_tokenizer
 
 # The shipped tokenizer is byte-level: a single user turn templates to len(content) + 19 tokens

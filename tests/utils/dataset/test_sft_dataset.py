@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from verl.demo.tiny_model import shipped_tokenizer_path
 from verl.utils.dataset import SFTDataset
-from verl.utils.tiny_model import shipped_tokenizer_path
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from verl import DataProto
-from verl.utils.tiny_model import shipped_tokenizer_path
+from verl.demo.tiny_model import shipped_tokenizer_path
 from verl.utils.tokenizer import hf_tokenizer
 
 PAD = 256

@@ -11,12 +11,12 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.experimental.agent_loop.tool_agent_loop import truncate_text
 from verl.interactions.base import BaseInteraction
 from verl.protocol import DataProto
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
-from verl.utils.tiny_model import make_tiny_model_dir
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.multi_turn import GeneratedTurn, MultiTurnRollout, get_tool_parser
 from verl.workers.rollout.multi_turn.chat import ChatTemplate

@@ -12,9 +12,9 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install -e .[vllm
 from omegaconf import OmegaConf  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
+from verl.demo.tiny_model import make_tiny_model_dir  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
 from verl.utils.model import compute_position_id_with_mask  # noqa: E402
-from verl.utils.tiny_model import make_tiny_model_dir  # noqa: E402
 from verl.workers.rollout import HFRollout  # noqa: E402
 from verl.workers.rollout.vllm_rollout import vLLMRollout  # noqa: E402
 from verl.workers.rollout.vllm_rollout.vllm_rollout_spmd import (  # noqa: E402

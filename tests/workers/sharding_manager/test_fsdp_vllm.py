@@ -209,7 +209,7 @@ def _fsdp1_worker(rank: int, paths: list[str]):
 
 
 def test_fsdp1_streams_one_unit_at_a_time_with_the_full_state_dicts_tensors(tmp_path):
-    from verl.utils.tiny_model import make_tiny_model_dir
+    from verl.demo.tiny_model import make_tiny_model_dir
 
     paths = [
         make_tiny_model_dir(str(tmp_path / "untied")),

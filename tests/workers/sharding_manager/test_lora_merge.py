@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from verl.utils.tiny_model import make_tiny_model_dir
+from verl.demo.tiny_model import make_tiny_model_dir
 from verl.workers.fsdp_setup import apply_lora
 from verl.workers.sharding_manager.lora_merge import lora_scalings, merge_lora_stream, strip_peft_prefix
 

@@ -1,4 +1,4 @@
-"""Tests for verl.utils.tiny_model: seeded tiny HF models that load offline with the shipped tokenizer."""
+"""Tests for verl.demo.tiny_model: seeded tiny HF models that load offline with the shipped tokenizer."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from transformers import (
     AutoTokenizer,
 )
 
-from verl.utils.tiny_model import make_tiny_model_dir
+from verl.demo.tiny_model import make_tiny_model_dir
 
 
 def _state(model):

@@ -38,7 +38,7 @@ def _tokenizer():
     """The shipped byte-level tokenizer with Qwen-VL's vision special tokens added (ids 259..262)."""
     from transformers import AutoTokenizer
 
-    from verl.utils.tiny_model import shipped_tokenizer_path
+    from verl.demo.tiny_model import shipped_tokenizer_path
 
     tokenizer = AutoTokenizer.from_pretrained(shipped_tokenizer_path())
     tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)}, replace_extra_special_tokens=False)

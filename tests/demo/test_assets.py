@@ -5,7 +5,7 @@ import os
 import pytest
 from omegaconf import OmegaConf
 
-from verl.utils.builtin_assets import ASSET_ROOT, is_builtin_path, resolve_builtin_path, resolve_builtin_paths
+from verl.demo.assets import ASSET_ROOT, is_builtin_path, resolve_builtin_path, resolve_builtin_paths
 
 
 def test_resolves_into_the_asset_folder_and_leaves_other_paths_alone():

@@ -75,7 +75,7 @@ def make_tiny_model_dir(
     ``causal_lm`` (actor/ref/rollout), ``token_classification`` or ``sequence_classification``
     (critic / reward model, ``num_labels=1``). The vocabulary size is the tokenizer's length unless ``vocab_size``
     asks for a larger embedding (a real model's shape: unused rows, as in Qwen's padded vocabularies).
-    ``family`` (one of ``verl.utils.tiny_families.FAMILIES``: qwen2.5, qwen3, llama3.1, gemma2, deepseek-llm,
+    ``family`` (one of ``verl.demo.model_families.FAMILIES``: qwen2.5, qwen3, llama3.1, gemma2, deepseek-llm,
     qwen3-moe) builds that family's config class and tokenizer quirks instead of ``model_type``.
     """
     import transformers
@@ -102,11 +102,11 @@ def make_tiny_model_dir(
     }
     eos_ids = tokenizer.eos_token_id
     if family is not None:
-        from verl.utils import tiny_families
+        from verl.demo import model_families
 
-        tokenizer = tiny_families.family_tokenizer(family, tokenizer)
-        eos_ids = tiny_families.family_eos_ids(family, tokenizer)
-        config = tiny_families.family_config(family, tokenizer, max(vocab_size or 0, len(tokenizer)), dims)
+        tokenizer = model_families.family_tokenizer(family, tokenizer)
+        eos_ids = model_families.family_eos_ids(family, tokenizer)
+        config = model_families.family_config(family, tokenizer, max(vocab_size or 0, len(tokenizer)), dims)
     else:
         special_ids = {
             "bos_token_id": tokenizer.bos_token_id,
@@ -125,7 +125,7 @@ def make_tiny_model_dir(
     tokenizer.save_pretrained(path)
     make_tokenizer_config_portable(os.path.join(path, "tokenizer_config.json"))
     if family is not None:
-        tiny_families.finish_family_dir(family, path)
+        model_families.finish_family_dir(family, path)
     if head == "causal_lm":
         from transformers import GenerationConfig
 

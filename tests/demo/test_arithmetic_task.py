@@ -1,26 +1,11 @@
 """The built-in arithmetic task: deterministic generator, verl's RL schema, the noisy SFT corpus, the scorer."""
 
-import importlib.util
-import os
-
 import pandas as pd
 import pytest
 
+from verl.demo import arithmetic_task as gen
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score.arithmetic import compute_score
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _generator():
-    path = os.path.join(REPO, "examples", "data_preprocess", "arithmetic.py")
-    spec = importlib.util.spec_from_file_location("arithmetic_task_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _generator()
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +82,7 @@ def test_format_score_goes_to_wrong_integers_only():
 
 
 def test_shipped_task_files_match_the_generator(tmp_path):
-    from verl.utils.builtin_assets import resolve_builtin_path
+    from verl.demo.assets import resolve_builtin_path
 
     fresh = gen.write_dataset(str(tmp_path))
     for name in ("train", "test"):
