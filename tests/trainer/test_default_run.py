@@ -11,7 +11,7 @@ import pytest
 
 from tests.trainer.ppo_e2e_utils import run_main_ppo
 from verl.demo.assets import resolve_builtin_path
-from verl.utils.run_report import load_history
+from verl.trainer.report.run_report import load_history
 
 VAL_KEY = "val-core/verl/arithmetic/reward/mean@1"
 

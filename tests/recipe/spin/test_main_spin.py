@@ -11,7 +11,7 @@ from recipe.spin.main_spin import prepare_spin_config
 from tests.recipe.spin.spin_test_utils import compose_spin_config, spin_overrides
 from tests.trainer.ppo_e2e_utils import parse_console_metrics
 from verl.trainer.config_validation import ConfigError
-from verl.utils.run_report import load_history
+from verl.trainer.report.run_report import load_history
 
 BAD = [
     (["actor_rollout_ref.actor.dpo_beta=abc"], "actor_rollout_ref.actor.dpo_beta='abc'"),

@@ -558,7 +558,7 @@ class RayPPOTrainer:
 
     def _make_reporter(self):
         """Progress bar with ETA, learning curve and report.md in the experiment folder (``trainer.run_report``)."""
-        from verl.utils.run_report import RunReporter
+        from verl.trainer.report.run_report import RunReporter
 
         trainer = self.ppo_config.trainer
         return RunReporter(

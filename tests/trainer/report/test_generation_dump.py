@@ -1,4 +1,4 @@
-"""Tests for verl.utils.generation_dump: the `{step}.jsonl` generation dumps."""
+"""Tests for verl.trainer.report.generation_dump: the `{step}.jsonl` generation dumps."""
 
 import json
 from types import SimpleNamespace
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl.utils.generation_dump import (
+from verl.trainer.report.generation_dump import (
     dump_generations,
     load_generations,
     rollout_generations,

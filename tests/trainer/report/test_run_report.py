@@ -1,4 +1,5 @@
-"""Tests for verl.utils.run_report: progress bar with ETA, metrics.jsonl (and resume), learning-curve PNG, report.md."""
+"""Tests for verl.trainer.report.run_report: progress bar with ETA, metrics.jsonl (and resume), learning-curve PNG,
+report.md."""
 
 import io
 import json
@@ -9,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from verl.utils import run_report
-from verl.utils.run_report import RunReporter, load_history, write_learning_curve
+from verl.trainer.report import run_report
+from verl.trainer.report.run_report import RunReporter, load_history, write_learning_curve
 
 VAL_KEY = "val-core/openai/gsm8k/reward/mean@1"
 
@@ -122,7 +123,7 @@ def test_write_learning_curve_accepts_flat_records(tmp_path):
 def test_missing_matplotlib_is_reported_once_and_skipped(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if not installed
     monkeypatch.setattr(run_report, "_warned_no_matplotlib", False)
-    with caplog.at_level(logging.WARNING, logger="verl.utils.run_report"):
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.report.run_report"):
         assert write_learning_curve([{"step": 1, "a": 1.0}], str(tmp_path / "a.png")) is False
         reporter, _ = _run(tmp_path, steps=[1])
         paths = reporter.finish()
@@ -140,7 +141,7 @@ def test_disabled_reporter_writes_nothing(tmp_path):
 
 
 def test_step_time_table_shares_phases_tokens_and_memory():
-    from verl.utils.run_report import step_time_table
+    from verl.trainer.report.run_report import step_time_table
 
     def step(n, gen):
         return (
@@ -172,7 +173,7 @@ def test_step_time_table_shares_phases_tokens_and_memory():
 
 def test_kl_panel_plots_the_kl_the_run_optimises():
     """ppo_kl (old vs current policy) is zero for an on-policy step; the panel shows the KL to the reference."""
-    from verl.utils.run_report import CURVE_PANELS, _panel_keys
+    from verl.trainer.report.run_report import CURVE_PANELS, _panel_keys
 
     keys = dict(CURVE_PANELS)["KL to reference"]
     entries = [(1, {"actor/ppo_kl": 0.0, "actor/kl_loss": 0.02}), (2, {"actor/reward_kl_penalty": 0.01})]
