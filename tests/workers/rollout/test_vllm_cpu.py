@@ -5,8 +5,8 @@ import logging
 import pytest
 from transformers import AutoConfig
 
-from verl.utils import vllm_cpu
-from verl.utils.vllm_cpu import VLLM_CPU_HEAD_SIZES, cpu_kv_cache_bytes, cpu_rollout_dtype, model_head_dim
+from verl.workers.rollout import vllm_cpu
+from verl.workers.rollout.vllm_cpu import VLLM_CPU_HEAD_SIZES, cpu_kv_cache_bytes, cpu_rollout_dtype, model_head_dim
 
 CFG = AutoConfig.for_model("qwen2", num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2)
 PER_TOKEN = 2 * 2 * 2 * 32 * 2  # k and v, layers, kv heads, head_dim, bf16 bytes
@@ -40,7 +40,7 @@ def test_engines_on_one_host_share_the_memory_budget(monkeypatch):
 
 def test_rollout_dtype_follows_the_cpu(monkeypatch, caplog):
     monkeypatch.setattr(vllm_cpu, "cpu_has_native_bf16", lambda: False)
-    with caplog.at_level(logging.WARNING, logger="verl.utils.vllm_cpu"):
+    with caplog.at_level(logging.WARNING, logger="verl.workers.rollout.vllm_cpu"):
         assert cpu_rollout_dtype("bfloat16") == "float32"
     assert "no native bf16" in caplog.text and "rollout.dtype=float32" in caplog.text
     assert cpu_rollout_dtype("float32") == "float32"
