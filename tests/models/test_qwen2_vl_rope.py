@@ -8,8 +8,9 @@ import pytest
 import torch
 from PIL import Image
 
-from verl.models.transformers.qwen2_vl import get_rope_index, mm_token_type_ids, packed_position_ids
+from verl.models.transformers.qwen2_vl import get_rope_index, packed_position_ids
 from verl.utils.tokenizer import hf_processor
+from verl.utils.vlm_processor import mm_token_type_ids
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,7 @@ def _rollout(model, tokenizer, prompts: DataProto) -> DataProto:
 
 def _reference_log_probs(model, batch: DataProto) -> torch.Tensor:
     """Log-probs of the responses from the model's own forward (it derives the 3-D positions from the mask)."""
-    from verl.models.transformers.qwen2_vl import mm_token_type_ids
+    from verl.utils.vlm_processor import mm_token_type_ids
 
     rows = []
     for i in range(len(batch)):

@@ -7,6 +7,9 @@ from the PIL image processor and the tokenizer instead. It offers what the datas
 code use: ``apply_chat_template``, ``__call__(text=, images=)`` with the same outputs as the real processor (image
 pads expanded to one per merged patch, ``pixel_values``, ``image_grid_thw``, ``mm_token_type_ids``),
 ``save_pretrained``, ``decode``/``batch_decode`` and the ``tokenizer`` / ``image_processor`` attributes.
+
+The vision pad tokens and the per-token modality ids (``mm_token_type_ids``) are defined here, with the processor
+that writes them; the Qwen-VL model code (``verl.models.transformers.qwen2_vl``) reads them from this module.
 """
 
 from __future__ import annotations
@@ -17,13 +20,34 @@ import os
 
 import torch
 
-from verl.models.transformers.qwen2_vl import IMAGE_TOKEN, QWEN2_5_TOKENS_PER_SECOND, VIDEO_TOKEN, mm_token_type_ids
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["QwenVLProcessor", "is_vision_language_config", "load_qwen_vl_processor"]
+__all__ = [
+    "IMAGE_TOKEN",
+    "QWEN2_5_TOKENS_PER_SECOND",
+    "VIDEO_TOKEN",
+    "QwenVLProcessor",
+    "is_vision_language_config",
+    "load_qwen_vl_processor",
+    "mm_token_type_ids",
+]
 
 _QWEN_VL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+
+# The pad tokens a Qwen-VL prompt carries for each image / video (expanded to one per merged patch).
+IMAGE_TOKEN = "<|image_pad|>"
+VIDEO_TOKEN = "<|video_pad|>"
+# Qwen2.5-VL's vision_config.tokens_per_second in every released checkpoint; transformers' processor does not carry it
+QWEN2_5_TOKENS_PER_SECOND = 2
+
+
+def mm_token_type_ids(input_ids: torch.Tensor, image_token_id: int, video_token_id: int | None) -> torch.Tensor:
+    """Per-token modality, as transformers' Qwen-VL ``get_rope_index`` reads it: text 0, image 1, video 2."""
+    types = torch.zeros_like(input_ids, dtype=torch.int32)
+    types[input_ids == image_token_id] = 1
+    if video_token_id is not None:
+        types[input_ids == video_token_id] = 2
+    return types
 
 
 def is_vision_language_config(hf_config) -> bool:

@@ -13,22 +13,16 @@ from __future__ import annotations
 
 import torch
 
+# The vision pad tokens and per-token modality ids are what the processor writes; the model reads them from there.
+from verl.utils.vlm_processor import IMAGE_TOKEN, QWEN2_5_TOKENS_PER_SECOND, VIDEO_TOKEN, mm_token_type_ids
+
 __all__ = [
     "get_rope_index",
-    "mm_token_type_ids",
     "generation_inputs",
     "packed_position_ids",
     "ulysses_text_model",
     "rope_tokens_per_second",
-    "IMAGE_TOKEN",
-    "QWEN2_5_TOKENS_PER_SECOND",
-    "VIDEO_TOKEN",
 ]
-
-IMAGE_TOKEN = "<|image_pad|>"
-VIDEO_TOKEN = "<|video_pad|>"
-# Qwen2.5-VL's vision_config.tokens_per_second in every released checkpoint; the processor does not carry it
-QWEN2_5_TOKENS_PER_SECOND = 2
 
 
 def rope_tokens_per_second(processor) -> float | None:
@@ -120,15 +114,6 @@ def get_rope_index(
     if pieces:
         position_ids[:, valid] = torch.cat(pieces, dim=1)
     return position_ids
-
-
-def mm_token_type_ids(input_ids: torch.Tensor, image_token_id: int, video_token_id: int | None) -> torch.Tensor:
-    """Per-token modality, as transformers' Qwen-VL ``get_rope_index`` reads it: text 0, image 1, video 2."""
-    types = torch.zeros_like(input_ids, dtype=torch.int32)
-    types[input_ids == image_token_id] = 1
-    if video_token_id is not None:
-        types[input_ids == video_token_id] = 2
-    return types
 
 
 def packed_position_ids(mrope_rmpad: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
