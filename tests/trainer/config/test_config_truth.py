@@ -26,11 +26,11 @@ from omegaconf import OmegaConf
 import verl
 import verl.workers.reward_manager  # noqa: F401  (registers the built-in managers)
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_gsm8k_like_parquet, write_reward_fn
-from verl.base_config import BaseConfig, reads_paused, record_reads
 from verl.trainer import config_validation
 from verl.trainer.config import PPOConfig
 from verl.trainer.config_validation import ConfigError, check_ppo_config
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+from verl.utils.config import BaseConfig, reads_paused, record_reads
 from verl.utils.tiny_model import make_tiny_model_dir
 from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY
 

@@ -2,18 +2,19 @@
 
 The YAML files next to this module are where defaults are decided; the dataclasses mirror them (a test keeps the
 two equal) and add types, so a value of the wrong type fails when the config is built, naming its key. Keys a
-recipe's YAML or a `+key=value` override adds are kept as each section's extra keys (see `verl.base_config`).
+recipe's YAML or a `+key=value` override adds are kept as each section's extra keys (see
+`verl.utils.config.BaseConfig`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.base_config import BaseConfig
 from verl.trainer.config.algorithm import AlgoConfig, FilterGroupsConfig, KLControlConfig, PFPPOConfig
 from verl.trainer.config.data import CustomClsConfig, DataConfig
 from verl.trainer.config.sft import SFTConfig
 from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, TrainerConfig
+from verl.utils.config import BaseConfig
 from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 
 __all__ = [

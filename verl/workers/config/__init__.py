@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.base_config import BaseConfig
+from verl.utils.config import BaseConfig
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig
 from verl.workers.config.critic import CriticConfig
 from verl.workers.config.engine import CheckpointConfig, CriticOptimConfig, FSDPConfig, OptimConfig, WrapPolicyConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.base_config import BaseConfig
+from verl.utils.config import BaseConfig
 from verl.workers.config.engine import FSDPConfig
 
 __all__ = ["CriticModelConfig", "FusedKernelOptions", "HFModelConfig", "RewardModelModelConfig"]
