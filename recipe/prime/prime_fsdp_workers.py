@@ -16,7 +16,7 @@ from recipe.prime.prime_config import PrimeRewardModelSettings
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils.batch_sizes import normalize_reward_model_micro_batch_size
+from verl.trainer.config.batch_sizes import normalize_reward_model_micro_batch_size
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension
 from verl.utils.import_utils import import_external_libs

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils.batch_sizes import (
+from verl.trainer.config.batch_sizes import (
     normalize_actor_batch_sizes,
     normalize_critic_batch_sizes,
     normalize_reward_model_micro_batch_size,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from verl.trainer.config.algorithm import AlgoConfig, FilterGroupsConfig, KLControlConfig, PFPPOConfig
 from verl.trainer.config.data import CustomClsConfig, DataConfig
+from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.sft import SFTConfig
 from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, TrainerConfig
 from verl.utils.config import BaseConfig
@@ -19,6 +20,7 @@ from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModel
 
 __all__ = [
     "AlgoConfig",
+    "ConfigError",
     "CustomClsConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
