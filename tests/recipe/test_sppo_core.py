@@ -79,7 +79,7 @@ def test_sppo_loss_refuses_other_aggregation_modes():
 
 
 def test_registered_loss_reads_the_reward_from_advantages_and_eta_from_the_actor_config():
-    from verl.workers.config import ActorConfig
+    from verl.trainer.config import ActorConfig
 
     assert get_policy_loss_fn(SPPO_LOSS_MODE) is compute_sppo_policy_loss
     advantages = sppo_advantages(REWARDS, MASK)  # what the trainer writes: the reward on each response token

@@ -8,8 +8,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from tests.trainer.config.yaml_mirror import assert_no_extra_keys, compose_config, yaml_mirror_problems
-from verl.trainer.config import PPOConfig
-from verl.workers.config import ActorConfig, ActorRolloutRefConfig
+from verl.trainer.config import ActorConfig, ActorRolloutRefConfig, PPOConfig
 
 
 def _compose(overrides=()):

@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass, field
 
 from verl.trainer.config.data import CustomClsConfig
+from verl.trainer.config.engine import WrapPolicyConfig
 from verl.trainer.config.errors import ConfigError
 from verl.utils.config import BaseConfig
 from verl.utils.py_functional import as_list
-from verl.workers.config.engine import WrapPolicyConfig
 
 __all__ = [
     "SFTConfig",
