@@ -11,7 +11,7 @@ import hydra
 from omegaconf import open_dict
 
 from recipe.sppo.config_check import check_sppo_config
-from verl.trainer.config_validation import resolve_device_name
+from verl.trainer.config.checks.ppo import resolve_device_name
 from verl.trainer.main_ppo import train_in_ray
 from verl.utils.builtin_assets import resolve_builtin_paths
 
