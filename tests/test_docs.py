@@ -64,6 +64,9 @@ def test_reference_rows_show_the_yaml_default_and_comment(tmp_path):
 
 def _faq_cases():
     """(overrides, quoted error) for every ``$ python -m verl.trainer.main_ppo ...`` block of docs/faq.md."""
+    from verl.trainer.config import ConfigError
+
+    traceback_line = f"{ConfigError.__module__}.{ConfigError.__qualname__}: "  # how Python prints the error
     text = (DOCS / "faq.md").read_text()
     cases = []
     for block in re.findall(r"```text\n(.*?)```", text, flags=re.S):
@@ -71,7 +74,7 @@ def _faq_cases():
         if not lines[0].startswith("$ python -m verl.trainer.main_ppo"):
             continue
         overrides = lines[0].split("main_ppo", 1)[1].split()
-        start = next(i for i, ln in enumerate(lines) if ln.startswith("verl.utils.batch_sizes.ConfigError: "))
+        start = next(i for i, ln in enumerate(lines) if ln.startswith(traceback_line))
         error = "\n".join(lines[start:]).split(": ", 1)[1]  # a multi-problem message continues on later lines
         cases.append((overrides, error))
     return cases
@@ -81,7 +84,7 @@ def test_faq_quotes_the_errors_the_config_check_raises():
     """Each FAQ entry's command line fails in ``prepare_config`` with exactly the message the FAQ quotes."""
     from hydra import compose, initialize_config_dir
 
-    from verl.trainer.config_validation import ConfigError
+    from verl.trainer.config import ConfigError
     from verl.trainer.main_ppo import prepare_config
 
     cases = _faq_cases()

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import hydra
 
 import verl.trainer
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
 

@@ -10,8 +10,7 @@ import inspect
 
 import hydra
 
-from verl.trainer.config import PPOConfig
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.main_ppo import run_ppo
 
 __all__ = ["check_dapo_config", "main", "run_dapo"]

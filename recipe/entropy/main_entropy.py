@@ -10,8 +10,7 @@ from __future__ import annotations
 import hydra
 
 from recipe.dapo.main_dapo import run_dapo
-from verl.trainer.config import PPOConfig
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError, PPOConfig
 
 __all__ = ["ENTROPY_LOSS_MODES", "check_entropy_config", "main", "run_entropy"]
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from verl.utils.batch_sizes import ConfigError
-from verl.workers.config import OptimConfig
+from verl.trainer.config import ConfigError, OptimConfig
 
 __all__ = ["PrimeDataSettings", "PrimeRewardModelSettings", "check_prime_config", "prime_algorithm_coefs"]
 

@@ -16,11 +16,11 @@ from recipe.prime.prime_config import PrimeRewardModelSettings
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils.batch_sizes import normalize_reward_model_micro_batch_size
+from verl.trainer.config import ActorConfig, RefConfig, RewardModelConfig
+from verl.trainer.config.batch_sizes import normalize_reward_model_micro_batch_size
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension
 from verl.utils.import_utils import import_external_libs
-from verl.workers.config import ActorConfig, RefConfig, RewardModelConfig
 from verl.workers.fsdp_setup import (
     build_fsdp_model,
     build_optimizer,

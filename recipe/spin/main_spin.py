@@ -10,8 +10,7 @@ import hydra
 from omegaconf import OmegaConf
 
 from recipe.spin.core_algos import DPO_LOSS_TYPES, PAIR_STRATEGIES
-from verl.trainer.config import PPOConfig
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.main_ppo import build_trainer, prepare_config, train_in_ray
 
 __all__ = ["build_spin_trainer", "check_spin_config", "main", "prepare_spin_config", "run_spin"]

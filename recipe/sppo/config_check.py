@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from recipe.sppo.sppo_core import SPPO_LOSS_MODE
-from verl.trainer.config_validation import ConfigError, check_ppo_config
+from verl.trainer.config import ConfigError
+from verl.trainer.config.checks.ppo import check_ppo_config
 
 __all__ = ["check_sppo_config"]
 

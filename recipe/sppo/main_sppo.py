@@ -12,7 +12,7 @@ from omegaconf import open_dict
 
 from recipe.sppo.config_check import check_sppo_config
 from verl.demo.assets import resolve_builtin_paths
-from verl.trainer.config_validation import resolve_device_name
+from verl.trainer.config.checks.ppo import resolve_device_name
 from verl.trainer.main_ppo import train_in_ray
 
 __all__ = ["main", "prepare_sppo_config", "recipe_classes", "run_sppo"]

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_workspace, parse_console_metrics
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError
 from verl.trainer.ppo.ray_trainer import Role
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

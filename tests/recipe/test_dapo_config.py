@@ -14,8 +14,7 @@ from recipe.entropy.main_entropy import check_entropy_config
 from tests.recipe.dapo_utils import compose_recipe_config
 from verl import DataProto
 from verl.demo.tiny_model import shipped_tokenizer_path
-from verl.trainer.config import PPOConfig
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.ppo.reward import compute_reward_async, load_reward_manager
 from verl.utils.tokenizer import hf_tokenizer
 

@@ -15,7 +15,7 @@ from recipe.dapo.main_dapo import check_dapo_config
 from recipe.entropy.main_entropy import check_entropy_config
 from tests.recipe.dapo_utils import compose_recipe_config
 from verl.trainer.config import PPOConfig
-from verl.trainer.config_validation import check_ppo_config
+from verl.trainer.config.checks.ppo import check_ppo_config
 
 RECORDER = f"""#!{sys.executable}
 import json, os, sys

@@ -16,7 +16,7 @@ from recipe.sppo.sppo_core import (
     sppo_advantages,
 )
 from verl import DataProto
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError
 from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, get_policy_loss_fn
 
 CONFIG_DIR = os.path.join(
@@ -79,7 +79,7 @@ def test_sppo_loss_refuses_other_aggregation_modes():
 
 
 def test_registered_loss_reads_the_reward_from_advantages_and_eta_from_the_actor_config():
-    from verl.workers.config import ActorConfig
+    from verl.trainer.config import ActorConfig
 
     assert get_policy_loss_fn(SPPO_LOSS_MODE) is compute_sppo_policy_loss
     advantages = sppo_advantages(REWARDS, MASK)  # what the trainer writes: the reward on each response token
@@ -137,7 +137,7 @@ def test_default_config_passes_and_uses_the_sppo_keys():
 
 
 def test_main_ppo_still_refuses_a_null_estimator():
-    from verl.trainer.config_validation import check_ppo_config
+    from verl.trainer.config.checks.ppo import check_ppo_config
 
     with pytest.raises(ConfigError, match="algorithm.adv_estimator=None is not supported"):
         check_ppo_config(_compose([]), check_paths=False)

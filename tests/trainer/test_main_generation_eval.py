@@ -15,10 +15,10 @@ from hydra import compose, initialize_config_dir
 
 from verl.demo.tiny_model import make_tiny_model_dir
 from verl.single_controller.inprocess import InProcessWorkerGroup
-from verl.trainer.config_validation import ConfigError
-from verl.trainer.generation_config import check_generation_config, rollout_worker_config
+from verl.trainer.config import ConfigError
+from verl.trainer.config.checks.generation import check_generation_config
 from verl.trainer.main_eval import evaluate, pass_at_k
-from verl.trainer.main_generation import run_generation, tokenize_chats
+from verl.trainer.main_generation import rollout_worker_config, run_generation, tokenize_chats
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "verl", "trainer", "config")
 

@@ -3,7 +3,7 @@
 import pytest
 
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_workspace
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError
 from verl.trainer.main_ppo import prepare_config
 
 

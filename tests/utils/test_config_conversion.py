@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from omegaconf import OmegaConf
 
-from verl.base_config import BaseConfig
 from verl.utils import omega_conf_to_dataclass
+from verl.utils.config import BaseConfig
 
 
 @dataclasses.dataclass

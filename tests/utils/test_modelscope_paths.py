@@ -70,7 +70,8 @@ def test_import_verl_does_not_need_modelscope(modelscope_cache):
 
 
 def test_config_check_reads_the_cached_model(modelscope_cache):
-    from verl.trainer.config_validation import ConfigError, _load_hf_config
+    from verl.trainer.config import ConfigError
+    from verl.trainer.config.checks.ppo import _load_hf_config
 
     make_tiny_model_dir(str(modelscope_cache / "models/Qwen/Qwen3-0.6B"), family="qwen3")
     config = _load_hf_config("actor_rollout_ref.model.path", "Qwen/Qwen3-0.6B", False)

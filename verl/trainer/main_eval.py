@@ -16,19 +16,17 @@ shipping the rows to it. A slow custom scorer can parallelize inside itself.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable
 from math import comb
 
 import hydra
 import numpy as np
-import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config.checks.evaluation import check_eval_config
 
-__all__ = ["check_eval_config", "evaluate", "is_correct", "main", "pass_at_k", "score_value"]
+__all__ = ["evaluate", "is_correct", "main", "pass_at_k", "score_value"]
 
 
 @hydra.main(config_path="config", config_name="evaluation", version_base=None)
@@ -57,27 +55,6 @@ def is_correct(result) -> bool:
     if isinstance(result, dict) and "acc" in result:
         return bool(result["acc"])
     return score_value(result) >= 1.0
-
-
-def check_eval_config(config: DictConfig) -> pd.DataFrame:
-    """Check an ``evaluation`` config and return the table to score.
-
-    Raises ConfigError naming the key, the value and what is expected (missing file, a column that is not there).
-    """
-    path = OmegaConf.select(config, "data.path")
-    if not path or not os.path.isfile(os.path.expanduser(str(path))):
-        raise ConfigError(f"data.path={path!r}: file does not exist; expected main_generation's output parquet")
-    reward_path = OmegaConf.select(config, "custom_reward_function.path")
-    if reward_path and not os.path.isfile(os.path.expanduser(str(reward_path))):
-        raise ConfigError(f"custom_reward_function.path: file {reward_path!r} does not exist")
-    if reward_path and not OmegaConf.select(config, "custom_reward_function.name"):
-        raise ConfigError("custom_reward_function.name is empty; expected the scoring function's name")
-    dataset = pd.read_parquet(os.path.expanduser(str(path)))
-    for key in ("data.response_key", "data.data_source_key", "data.reward_model_key"):
-        column = OmegaConf.select(config, key)
-        if column not in dataset.columns:
-            raise ConfigError(f"{key}={column!r} is not a column of data.path; columns: {list(dataset.columns)}")
-    return dataset
 
 
 def _scoring_function(config) -> Callable:

@@ -15,10 +15,10 @@ import hydra
 import numpy as np
 import pandas as pd
 import ray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
-from verl.trainer.generation_config import check_generation_config, ray_init_kwargs, rollout_worker_config
+from verl.trainer.config.checks.generation import check_generation_config
 from verl.utils.model import compute_position_id_with_mask
 
 logger = logging.getLogger(__name__)
@@ -29,6 +29,35 @@ __all__ = ["decode_responses", "generate_responses", "main", "run_generation", "
 @hydra.main(config_path="config", config_name="generation", version_base=None)
 def main(config) -> None:
     run_generation(config)
+
+
+def rollout_worker_config(config: DictConfig) -> DictConfig:
+    """The ``model`` / ``rollout`` / ``actor`` sections that ``ActorRolloutRefWorker(role="rollout")`` reads.
+
+    ``rollout.n`` is 1 (``generate_responses`` repeats prompts itself) and, unless set, a CPU vLLM engine's KV
+    cache is sized for one call's sequences on a rank rather than ``max_num_seqs``.
+    """
+    sections = {key: OmegaConf.to_container(config[key], resolve=True) for key in ("model", "rollout", "actor")}
+    worker = OmegaConf.create(sections)
+    world_size = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    with open_dict(worker):
+        worker.rollout.n = 1
+        if worker.rollout.get("kv_cache_sequences") is None:
+            worker.rollout.kv_cache_sequences = -(-config.data.batch_size * config.data.n_samples // world_size)
+    return worker
+
+
+def ray_init_kwargs(config: DictConfig) -> dict:
+    """``ray.init`` arguments: on CPU enough logical CPUs for one process per worker and no dashboard."""
+    on_cpu = config.trainer.device == "cpu"
+    num_cpus = OmegaConf.select(config, "ray_init.num_cpus")
+    world_size = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    if num_cpus is None and on_cpu:
+        num_cpus = max(os.cpu_count() or 1, world_size)
+    kwargs = {"num_cpus": num_cpus, "runtime_env": {"env_vars": {"TOKENIZERS_PARALLELISM": "true"}}}
+    if on_cpu:
+        kwargs["include_dashboard"] = False
+    return kwargs
 
 
 def tokenize_chats(tokenizer, chats: list, prompt_length: int) -> DataProto:

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf, open_dict
 
 from verl.demo.assets import resolve_builtin_paths
 from verl.trainer.config import PPOConfig
-from verl.trainer.config_validation import check_ppo_config, resolve_device_name
+from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
 from verl.trainer.ppo.reward import load_reward_manager
 from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 

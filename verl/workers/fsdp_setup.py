@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.config import FSDPConfig, OptimConfig
 from verl.utils.device import get_device_name, get_dist_backend, is_accelerator_available
 from verl.utils.fsdp_utils import (
     get_init_weight_context_manager,
@@ -25,7 +26,6 @@ from verl.utils.fsdp_utils import (
     offload_fsdp_optimizer,
 )
 from verl.utils.torch_dtypes import PrecisionType
-from verl.workers.config import FSDPConfig, OptimConfig
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from omegaconf import DictConfig
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils.batch_sizes import (
+from verl.trainer.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
+from verl.trainer.config.batch_sizes import (
     normalize_actor_batch_sizes,
     normalize_critic_batch_sizes,
     normalize_reward_model_micro_batch_size,
@@ -37,7 +38,6 @@ from verl.utils.device import (
     peak_rss_gb,
 )
 from verl.utils.import_utils import import_external_libs
-from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 from verl.workers.fsdp_setup import (
     OffloadGuard,
     build_fsdp_model,

@@ -6,9 +6,9 @@ import torch
 from tensordict import TensorDict
 
 from verl import DataProto
+from verl.trainer.config import RewardModelConfig
 from verl.utils.model import compute_position_id_with_mask
 from verl.utils.torch_functional import postprocess_data
-from verl.workers.config import RewardModelConfig
 
 
 def switch_chat_template(data: DataProto, src_tokenizer, rm_tokenizer, config: RewardModelConfig) -> TensorDict:

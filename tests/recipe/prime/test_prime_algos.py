@@ -15,7 +15,7 @@ from recipe.prime.prime_core_algos import compute_ce_loss_rm, compute_dpo_loss_r
 from recipe.prime.prime_dp_rm import implicit_rewards
 from recipe.prime.prime_ray_trainer import group_broadcast, select_prompts
 from tests.recipe.prime.prime_test_utils import CONFIG_DIR, compose_prime_config
-from verl.utils.batch_sizes import ConfigError
+from verl.trainer.config import ConfigError
 
 UID = np.array(["a", "a", "b", "b"], dtype=object)
 MASK = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=torch.float32)

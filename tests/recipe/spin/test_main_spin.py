@@ -10,7 +10,7 @@ import pytest
 from recipe.spin.main_spin import prepare_spin_config
 from tests.recipe.spin.spin_test_utils import compose_spin_config, spin_overrides
 from tests.trainer.ppo_e2e_utils import parse_console_metrics
-from verl.trainer.config_validation import ConfigError
+from verl.trainer.config import ConfigError
 from verl.trainer.report.run_report import load_history
 
 BAD = [

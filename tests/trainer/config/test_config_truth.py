@@ -26,12 +26,12 @@ from omegaconf import OmegaConf
 import verl
 import verl.workers.reward_manager  # noqa: F401  (registers the built-in managers)
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_gsm8k_like_parquet, write_reward_fn
-from verl.base_config import BaseConfig, reads_paused, record_reads
 from verl.demo.tiny_model import make_tiny_model_dir
-from verl.trainer import config_validation
-from verl.trainer.config import PPOConfig
-from verl.trainer.config_validation import ConfigError, check_ppo_config
+from verl.trainer.config import ConfigError, PPOConfig
+from verl.trainer.config.checks import ppo as ppo_checks
+from verl.trainer.config.checks.ppo import check_ppo_config
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+from verl.utils.config import BaseConfig, reads_paused, record_reads
 from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -41,16 +41,16 @@ INTERACTION_CONFIG = os.path.join(MULTI_TURN_CONFIGS, "interaction_config", "gsm
 
 A, R, C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "critic"
 MT = f"{R}.multi_turn"
-_REFUSED = "refused when set (config_capabilities; test_switch_is_honoured_or_refused)"
+_REFUSED = "refused when set (checks.runtime_support; test_switch_is_honoured_or_refused)"
 _FSDP1 = "FSDP1 only (strategy=fsdp on an accelerator); refused under FSDP2 (test_switch_is_honoured_or_refused)"
 _MT_LOOP = "the tool agent loop after a turn that ends on a stop token (tests/workers/rollout/test_multi_turn.py)"
-_MT_REFUSED = "refused with multi_turn.enable=True (config_multi_turn); inert while multi-turn is off"
-_RM_REFUSED = "refused with reward_model.enable=True (config_capabilities); inert otherwise"
+_MT_REFUSED = "refused with multi_turn.enable=True (checks.multi_turn); inert while multi-turn is off"
+_RM_REFUSED = "refused with reward_model.enable=True (checks.runtime_support); inert otherwise"
 _RM_TEMPLATE = "test_trainer_inprocess::test_reward_model_with_its_own_chat_template"
 _LORA = "lora_rank > 0 (test_vllm_grpo_e2e::test_hand_off_keeps_rollout_and_actor_log_probs_equal[lora])"
 _COV = "its loss_mode (tests/trainer/ppo/test_core_algos_losses.py::test_{clip,kl}_cov_*)"
 _SAPO = "loss_mode=sapo (test_trainer_inprocess::test_newer_policy_losses_one_step)"
-_NSIGHT = "refused when changed from its default (config_capabilities; test_config_validation)"
+_NSIGHT = "refused when changed from its default (checks.runtime_support; test_ppo_checks)"
 REF = "actor_rollout_ref.ref"
 
 # key (or 'prefix.*') -> where it is honoured or refused, for keys the runs above do not read.
@@ -62,7 +62,7 @@ NOT_READ_HERE: dict[str, str] = {
     "critic.model.enable_activation_offload": _REFUSED,
     "actor_rollout_ref.model.use_liger": _REFUSED,
     "actor_rollout_ref.model.fused_kernel_options.impl_backend": "with model.use_fused_kernels=True: 'torch' is "
-    "the backend built, others refused (config_capabilities; test_config_validation)",
+    "the backend built, others refused (checks.runtime_support; test_ppo_checks)",
     "actor_rollout_ref.model.lora_alpha": _LORA,
     "actor_rollout_ref.model.target_modules": _LORA,
     "critic.model.lora_alpha": _LORA,
@@ -198,7 +198,7 @@ def reads(tmp_path_factory) -> set[tuple[str, str]]:
     from verl.single_controller.inprocess import InProcessWorkerGroup
     from verl.trainer.main_ppo import build_trainer, prepare_config, ray_init_kwargs
 
-    check = config_validation.check_ppo_config
+    check = ppo_checks.check_ppo_config
 
     def unrecorded_check(*args, **kwargs):
         with reads_paused():
@@ -211,7 +211,7 @@ def reads(tmp_path_factory) -> set[tuple[str, str]]:
         root = tmp_path_factory.mktemp(name)
         config = compose_config(_run_overrides(root, estimator, extra, tool_data=name == "hf_multi_turn"))
         prepare_config(config)
-        with mock.patch.object(config_validation, "check_ppo_config", unrecorded_check), record_reads() as run_reads:
+        with mock.patch.object(ppo_checks, "check_ppo_config", unrecorded_check), record_reads() as run_reads:
             ray_init_kwargs(config)
             trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
             trainer.init_workers()
@@ -292,22 +292,22 @@ def test_every_yaml_key_is_read_or_accounted_for(reads):
 
 # ------------------------------------------------------------------------------------- switches: honoured or refused
 CHOICES: dict[str, tuple] = {
-    f"{A}.strategy": config_validation.STRATEGIES,
-    f"{C}.strategy": config_validation.STRATEGIES,
-    f"{R}.name": config_validation.ROLLOUT_NAMES,
+    f"{A}.strategy": ppo_checks.STRATEGIES,
+    f"{C}.strategy": ppo_checks.STRATEGIES,
+    f"{R}.name": ppo_checks.ROLLOUT_NAMES,
     f"{R}.mode": ("sync", "async"),
-    f"{A}.loss_agg_mode": config_validation.LOSS_AGG_MODES,
-    f"{C}.loss_agg_mode": config_validation.LOSS_AGG_MODES,
+    f"{A}.loss_agg_mode": ppo_checks.LOSS_AGG_MODES,
+    f"{C}.loss_agg_mode": ppo_checks.LOSS_AGG_MODES,
     f"{A}.optim.warmup_style": ("constant", "cosine"),
     f"{C}.optim.warmup_style": ("constant", "cosine"),
-    f"{A}.kl_loss_type": config_validation.KL_ESTIMATORS,
-    "algorithm.kl_penalty": config_validation.KL_ESTIMATORS,
+    f"{A}.kl_loss_type": ppo_checks.KL_ESTIMATORS,
+    "algorithm.kl_penalty": ppo_checks.KL_ESTIMATORS,
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "algorithm.pf_ppo.reweight_method": ("pow", "max_min", "max_random"),
-    "algorithm.adv_estimator": ("gae", *config_validation.CRITIC_FREE_ESTIMATORS),
+    "algorithm.adv_estimator": ("gae", *ppo_checks.CRITIC_FREE_ESTIMATORS),
     "data.truncation": ("error", "left", "right", "middle"),
     f"{MT}.tokenization_sanity_check_mode": ("off", "strict", "ignore_strippable"),
-    "trainer.device": config_validation.DEVICES,
+    "trainer.device": ppo_checks.DEVICES,
     "trainer.console_format": ("compact", "full"),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
     "reward_model.reward_manager": tuple(sorted(REWARD_MANAGER_REGISTRY)),

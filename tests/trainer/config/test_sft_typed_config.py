@@ -8,8 +8,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from tests.trainer.config.yaml_mirror import assert_no_extra_keys, compose_config, yaml_mirror_problems
+from verl.trainer.config import ConfigError
 from verl.trainer.config.sft import SFTConfig, SFTDataConfig, SFTModelConfig
-from verl.utils.batch_sizes import ConfigError
 from verl.utils.config import omega_conf_to_dataclass
 
 

@@ -8,8 +8,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from tests.trainer.config.yaml_mirror import assert_no_extra_keys, compose_config, yaml_mirror_problems
-from verl.trainer.config import PPOConfig
-from verl.workers.config import ActorConfig, ActorRolloutRefConfig
+from verl.trainer.config import ActorConfig, ActorRolloutRefConfig, PPOConfig
 
 
 def _compose(overrides=()):
@@ -73,7 +72,8 @@ def test_sections_read_like_the_dictconfig_they_replace():
 
 
 def test_check_ppo_config_reports_a_wrong_type_as_a_config_error():
-    from verl.trainer.config_validation import ConfigError, check_ppo_config
+    from verl.trainer.config import ConfigError
+    from verl.trainer.config.checks.ppo import check_ppo_config
 
     with pytest.raises(ConfigError, match=r"critic\.ppo_epochs='two'"):
         check_ppo_config(_compose(["critic.ppo_epochs=two"]), check_paths=False, check_device=False)

@@ -275,8 +275,8 @@ BUILT_IN_LOSSES = ["vanilla", "clip_cov", "kl_cov", "gspo", "gpg", "geo_mean", "
 def test_update_dispatches_every_loss_mode_through_the_registry(loss_mode, monkeypatch):
     """The actor calls whatever the registry holds under loss_mode (vanilla too, and a recipe's own loss) with the
     micro batch, loss_agg_mode and its typed config, and reports that loss as actor/pg_loss."""
+    from verl.trainer.config import ActorConfig
     from verl.trainer.ppo import core_algos
-    from verl.workers.config import ActorConfig
 
     registry = core_algos.POLICY_LOSS_REGISTRY
     real = registry.get(loss_mode, registry["gpg"])

@@ -17,7 +17,7 @@ from verl.interactions.base import BaseInteraction
 from verl.protocol import DataProto
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
-from verl.workers.config import RolloutConfig
+from verl.trainer.config import RolloutConfig
 from verl.workers.rollout.multi_turn import GeneratedTurn, MultiTurnRollout, get_tool_parser
 from verl.workers.rollout.multi_turn.chat import ChatTemplate
 from verl.workers.rollout.multi_turn.rollout import pop_agent_loop_metrics

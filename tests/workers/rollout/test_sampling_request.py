@@ -1,6 +1,6 @@
 """SamplingRequest: how every engine reads its sampling from the rollout config and the batch's meta_info."""
 
-from verl.workers.config import RolloutConfig, SamplingConfig
+from verl.trainer.config import RolloutConfig, SamplingConfig
 from verl.workers.rollout.base import SamplingRequest
 
 

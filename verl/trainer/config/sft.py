@@ -4,7 +4,7 @@ As for PPO (`verl.trainer.config.PPOConfig`), `sft_trainer.yaml` is where every 
 mirror it (a test keeps the two equal) and add types. A section checks its own values when it is built, so a bad
 value fails before any process group, model or data is touched, with a message that names the key; the checks that
 need the world size or the file system are `SFTConfig.check`. Keys a `+key=value` override adds are kept as each
-section's extra keys (see `verl.base_config`).
+section's extra keys (see `verl.utils.config.BaseConfig`).
 
 verl's SFT keys differ from the PPO roles' (``model.partial_pretrain``, ``optim.clip_grad``, ``trainer.resume_path``,
 ...), so the sections here are their own; ``wrap_policy`` and ``custom_cls`` reuse the PPO classes.
@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from verl.base_config import BaseConfig
 from verl.trainer.config.data import CustomClsConfig
-from verl.utils.batch_sizes import ConfigError
+from verl.trainer.config.engine import WrapPolicyConfig
+from verl.trainer.config.errors import ConfigError
+from verl.utils.config import BaseConfig
 from verl.utils.py_functional import as_list
-from verl.workers.config.engine import WrapPolicyConfig
 
 __all__ = [
     "SFTConfig",

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 import verl.utils.torch_functional as verl_F
-from verl.workers.config import ActorConfig
+from verl.trainer.config import ActorConfig
 
 
 def _check_shapes(**tensors: torch.Tensor) -> None:

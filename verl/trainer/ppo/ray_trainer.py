@@ -118,7 +118,7 @@ class RayPPOTrainer:
     def _validate_config(self) -> None:
         """The checks of ``check_ppo_config`` that need no files or devices (main_ppo ran the rest already);
         a recipe with an advantage step of its own (SPPO: ``adv_estimator: null``) overrides this."""
-        from verl.trainer.config_validation import check_ppo_config
+        from verl.trainer.config.checks.ppo import check_ppo_config
 
         estimator = self.ppo_config.algorithm.adv_estimator
         if estimator not in core_algos.ADV_ESTIMATOR_REGISTRY:

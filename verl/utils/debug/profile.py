@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import torch
 
-from verl.base_config import BaseConfig
+from verl.utils.config import BaseConfig
 from verl.utils.device import is_cuda_available
 
 logger = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
+from verl.trainer.config import ActorConfig, RefConfig
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.utils.cpu_attention import training_attention
 from verl.utils.device import release_freed_host_memory
@@ -34,7 +35,6 @@ from verl.utils.micro_batch import (
     unpack_to_padded,
 )
 from verl.workers.actor.base import BasePPOActor
-from verl.workers.config import ActorConfig, RefConfig
 
 logger = logging.getLogger(__name__)
 

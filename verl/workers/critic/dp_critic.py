@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
+from verl.trainer.config import CriticConfig
 from verl.trainer.ppo.core_algos import compute_value_loss
 from verl.utils.cpu_attention import training_attention
 from verl.utils.micro_batch import (
@@ -30,7 +31,6 @@ from verl.utils.micro_batch import (
     to_float,
     unpack_to_padded,
 )
-from verl.workers.config import CriticConfig
 from verl.workers.critic.base import BasePPOCritic
 
 logger = logging.getLogger(__name__)

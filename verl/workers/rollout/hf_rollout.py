@@ -12,11 +12,11 @@ from tensordict import TensorDict
 from transformers import GenerationConfig
 
 from verl.protocol import DataProto
+from verl.trainer.config import RolloutConfig
 from verl.utils.device import get_torch_device, is_accelerator_available
 from verl.utils.fsdp_utils import fsdp2_full_params, fsdp_version
 from verl.utils.micro_batch import autocast_context
 from verl.utils.torch_functional import get_response_mask
-from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 
 __all__ = ["HFRollout", "build_rollout_output", "weights_cast_to"]

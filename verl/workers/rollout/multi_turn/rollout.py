@@ -25,8 +25,8 @@ import torch
 from tensordict import TensorDict
 
 from verl.protocol import DataProto
+from verl.trainer.config import RolloutConfig
 from verl.utils.model import compute_position_id_with_mask
-from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 from verl.workers.rollout.multi_turn.batcher import TurnBatcher
 from verl.workers.rollout.multi_turn.chat import ChatTemplate

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.base_config import BaseConfig
-from verl.workers.config.engine import FSDPConfig
+from verl.trainer.config.engine import FSDPConfig
+from verl.utils.config import BaseConfig
 
 __all__ = ["CriticModelConfig", "FusedKernelOptions", "HFModelConfig", "RewardModelModelConfig"]
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, open_dict
 
+from verl.trainer.config.errors import ConfigError
+
 __all__ = [
-    "ConfigError",
     "data_parallel_size",
     "ActorBatchSizes",
     "CriticBatchSizes",
@@ -27,10 +28,6 @@ __all__ = [
     "normalize_critic_batch_sizes",
     "normalize_reward_model_micro_batch_size",
 ]
-
-
-class ConfigError(ValueError):
-    """A config value is invalid; the message names the key, the value and what is expected."""
 
 
 def _get(section, key: str, default=None):

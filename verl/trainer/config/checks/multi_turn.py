@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from verl.utils.batch_sizes import ConfigError
+from verl.trainer.config import ConfigError
 
 __all__ = ["check_multi_turn"]
 

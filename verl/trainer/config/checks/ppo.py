@@ -15,16 +15,16 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from verl.trainer.config_capabilities import check_fused_head_model, check_runtime_support
-from verl.trainer.config_multi_turn import check_multi_turn
-from verl.trainer.config_vlm import check_vision_language_policy
-from verl.utils.batch_sizes import (
-    ConfigError,
+from verl.trainer.config import ConfigError
+from verl.trainer.config.batch_sizes import (
     data_parallel_size,
     normalize_actor_batch_sizes,
     normalize_critic_batch_sizes,
     normalize_reward_model_micro_batch_size,
 )
+from verl.trainer.config.checks.multi_turn import check_multi_turn
+from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
+from verl.trainer.config.checks.vlm import check_vision_language_policy
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
 from verl.utils.fs import is_model_id, resolve_modelscope_model, use_modelscope
 from verl.utils.tracking import UnknownBackendError, normalize_backends
@@ -32,7 +32,6 @@ from verl.utils.tracking import UnknownBackendError, normalize_backends
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ConfigError",
     "CRITIC_FREE_ESTIMATORS",
     "GROUP_ESTIMATORS",
     "check_ppo_config",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.base_config import BaseConfig
+from verl.trainer.config.engine import CheckpointConfig, CriticOptimConfig
+from verl.trainer.config.model import CriticModelConfig
+from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
-from verl.workers.config.engine import CheckpointConfig, CriticOptimConfig
-from verl.workers.config.model import CriticModelConfig
 
 __all__ = ["CriticConfig"]
 

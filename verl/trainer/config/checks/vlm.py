@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from verl.utils.batch_sizes import ConfigError
+from verl.trainer.config import ConfigError
 
 __all__ = ["check_vision_language_policy", "vllm_vlm_unsupported_reason"]
 

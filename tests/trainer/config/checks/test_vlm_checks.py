@@ -9,8 +9,9 @@ import pytest
 
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config
 from verl.demo.tiny_vlm import write_tiny_geometry3k
-from verl.trainer.config_validation import ConfigError, check_ppo_config
-from verl.trainer.config_vlm import vllm_vlm_unsupported_reason
+from verl.trainer.config import ConfigError
+from verl.trainer.config.checks.ppo import check_ppo_config
+from verl.trainer.config.checks.vlm import vllm_vlm_unsupported_reason
 
 
 @pytest.fixture(scope="module")

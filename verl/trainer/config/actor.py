@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from verl.base_config import BaseConfig
+from verl.trainer.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
+from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
-from verl.workers.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 
 __all__ = ["ActorConfig", "PolicyLossConfig", "RefConfig"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from verl.base_config import BaseConfig
+from verl.utils.config import BaseConfig
 
 __all__ = ["CheckpointConfig", "CriticOptimConfig", "FSDPConfig", "OptimConfig", "WrapPolicyConfig"]
 

@@ -1,4 +1,4 @@
-"""Tests for verl.trainer.config_validation.check_ppo_config: a valid config passes, bad ones name the key."""
+"""Tests for verl.trainer.config.checks.ppo.check_ppo_config: a valid config passes, bad ones name the key."""
 
 import importlib.util
 import os
@@ -9,7 +9,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import verl
-from verl.trainer.config_validation import ConfigError, check_ppo_config, resolve_device_name
+from verl.trainer.config import ConfigError
+from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
 from verl.utils.device import get_device_name, is_cuda_available
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
@@ -526,9 +527,9 @@ def test_lora_is_accepted_with_both_rollouts(base_cfg, tmp_path):
 
 
 def test_torch_compile_without_a_cxx_compiler_is_refused(base_cfg, monkeypatch):
-    import verl.trainer.config_capabilities as capabilities
+    import verl.trainer.config.checks.runtime_support as runtime_support
 
-    monkeypatch.setattr(capabilities, "_cxx_compiler", lambda: None)
+    monkeypatch.setattr(runtime_support, "_cxx_compiler", lambda: None)
     with pytest.raises(ConfigError, match="use_torch_compile=True compiles the entropy.*use_torch_compile=False"):
         check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__use_torch_compile=True))
     check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__use_torch_compile=False))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from verl.utils.batch_sizes import ConfigError
+from verl.trainer.config import ConfigError
 
 __all__ = ["check_fused_head_model", "check_runtime_support"]
 

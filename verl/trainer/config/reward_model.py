@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from verl.base_config import BaseConfig
+from verl.trainer.config.model import RewardModelModelConfig
+from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
-from verl.workers.config.model import RewardModelModelConfig
 
 __all__ = ["OverlongBufferConfig", "RewardModelConfig", "SandboxFusionConfig"]
 

@@ -1,8 +1,7 @@
-"""The ``generation`` config of ``main_generation``: its checks (run before Ray starts) and the worker's section.
+"""Checks of the ``generation`` config of ``main_generation``, run before Ray starts.
 
 The generation config keeps ``model``, ``rollout`` and ``actor`` at the root, where ``ppo_trainer`` nests them in
-``actor_rollout_ref``; the rollout worker receives exactly those three sections, so the same worker class serves
-both entry points.
+``actor_rollout_ref``.
 """
 
 from __future__ import annotations
@@ -12,9 +11,10 @@ import os
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl.trainer.config_validation import ConfigError, resolve_device_name
+from verl.trainer.config import ConfigError
+from verl.trainer.config.checks.ppo import resolve_device_name
 
-__all__ = ["check_generation_config", "ray_init_kwargs", "rollout_worker_config"]
+__all__ = ["check_generation_config"]
 
 ROLLOUT_NAMES = ("hf", "vllm")
 STRATEGIES = ("fsdp", "fsdp2")
@@ -148,32 +148,3 @@ def check_generation_config(config: DictConfig) -> None:
         _check_device(config, problems)
     if problems:
         raise ConfigError("invalid generation config:\n  " + "\n  ".join(problems))
-
-
-def rollout_worker_config(config: DictConfig) -> DictConfig:
-    """The ``model`` / ``rollout`` / ``actor`` sections that ``ActorRolloutRefWorker(role="rollout")`` reads.
-
-    ``rollout.n`` is 1 (``generate_responses`` repeats prompts itself) and, unless set, a CPU vLLM engine's KV
-    cache is sized for one call's sequences on a rank rather than ``max_num_seqs``.
-    """
-    sections = {key: OmegaConf.to_container(config[key], resolve=True) for key in ("model", "rollout", "actor")}
-    worker = OmegaConf.create(sections)
-    world_size = config.trainer.n_gpus_per_node * config.trainer.nnodes
-    with open_dict(worker):
-        worker.rollout.n = 1
-        if worker.rollout.get("kv_cache_sequences") is None:
-            worker.rollout.kv_cache_sequences = -(-config.data.batch_size * config.data.n_samples // world_size)
-    return worker
-
-
-def ray_init_kwargs(config: DictConfig) -> dict:
-    """``ray.init`` arguments: on CPU enough logical CPUs for one process per worker and no dashboard."""
-    on_cpu = config.trainer.device == "cpu"
-    num_cpus = OmegaConf.select(config, "ray_init.num_cpus")
-    world_size = config.trainer.n_gpus_per_node * config.trainer.nnodes
-    if num_cpus is None and on_cpu:
-        num_cpus = max(os.cpu_count() or 1, world_size)
-    kwargs = {"num_cpus": num_cpus, "runtime_env": {"env_vars": {"TOKENIZERS_PARALLELISM": "true"}}}
-    if on_cpu:
-        kwargs["include_dashboard"] = False
-    return kwargs
