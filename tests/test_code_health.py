@@ -22,10 +22,3 @@ def test_config_reads_do_not_restate_defaults():
     ]
     # what remains reads per-call meta_info, batch columns or the environment, not the config
     assert len(hits) <= 25, "\n".join(hits)
-
-
-def test_no_module_over_600_lines():
-    long = {
-        str(p.relative_to(ROOT)): n for p in _modules("verl", "recipe") if (n := len(p.read_text().splitlines())) > 600
-    }
-    assert not long, long
