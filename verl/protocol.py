@@ -131,7 +131,7 @@ _NUMPY_CARRIER = {
 }
 
 
-def pack_tensordict(batch: TensorDict | None):
+def _pack_tensordict(batch: TensorDict | None):
     """Turn a TensorDict into plain numpy arrays (plus dtype names) that pickle sends without copying."""
     if batch is None:
         return None
@@ -144,8 +144,8 @@ def pack_tensordict(batch: TensorDict | None):
     return {"format": "numpy-v1", "batch_size": tuple(batch.batch_size), "device": device, "arrays": arrays}
 
 
-def unpack_tensordict(packed) -> TensorDict | None:
-    """Inverse of :func:`pack_tensordict`; also reads the older ``torch.save`` bytes format."""
+def _unpack_tensordict(packed) -> TensorDict | None:
+    """Inverse of :func:`_pack_tensordict`; also reads the older ``torch.save`` bytes format."""
     if packed is None:
         return None
     if isinstance(packed, bytes):  # written by the torch.save format
@@ -292,11 +292,11 @@ class DataProto:
         raise TypeError(f"DataProto indices must be int, slice, list, np.ndarray or torch.Tensor, got {type(item)}")
 
     def __getstate__(self):
-        return pack_tensordict(self.batch), self.non_tensor_batch, self.meta_info
+        return _pack_tensordict(self.batch), self.non_tensor_batch, self.meta_info
 
     def __setstate__(self, state):
         packed, self.non_tensor_batch, self.meta_info = state
-        self.batch = unpack_tensordict(packed)
+        self.batch = _unpack_tensordict(packed)
 
     def save_to_disk(self, filepath: str) -> None:
         """Pickle this DataProto to ``filepath``."""
