@@ -4,7 +4,7 @@ import pytest
 import ray
 import torch
 
-from tests.single_controller.workers_for_tests import AddWorker, AsyncWorker, SubWorker
+from tests.single_controller.workers_for_tests import AddWorker, AsyncWorker, ProfiledWorker, SubWorker
 from verl import DataProto
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.single_controller.ray import (
@@ -83,3 +83,14 @@ def test_ray_base_keeps_verl_module_level_names():
 
     names = {get_random_string(12) for _ in range(4)}
     assert len(names) == 4 and all(len(n) == 12 and n.isalnum() and n.isascii() for n in names)
+
+
+def test_profiler_extension_methods_reach_every_worker(tmp_path):
+    """start_profile/stop_profile of verl's profiler mixin are group methods (registered by the controller)."""
+    pool = RayResourcePool([1], use_gpu=False)
+    wg = InProcessWorkerGroup(pool, RayClassWithInitArgs(ray.remote(ProfiledWorker), str(tmp_path)))
+    wg.start_profile()
+    assert wg.work() == [45]
+    wg.stop_profile()
+    traces = list(tmp_path.iterdir())
+    assert [p.name for p in traces] == ["rank0_capture0.json"] and "work" in traces[0].read_text()

@@ -7,6 +7,7 @@ import torch
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, Execute, register
+from verl.utils.debug import DistProfiler, DistProfilerExtension, ProfilerConfig
 
 
 class AddWorker(Worker):
@@ -89,3 +90,17 @@ class SubWorker(Worker):
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def sub(self, x: float) -> float:
         return x - self.value
+
+
+class ProfiledWorker(Worker, DistProfilerExtension):
+    """A worker with verl's profiler mixin: the group gets start_profile/stop_profile."""
+
+    def __init__(self, save_path: str):
+        super().__init__()
+        config = ProfilerConfig(all_ranks=True, save_path=save_path)
+        DistProfilerExtension.__init__(self, DistProfiler(rank=self.rank, config=config))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    @DistProfiler.annotate("work")
+    def work(self) -> int:
+        return sum(range(10))

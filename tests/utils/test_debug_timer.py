@@ -126,3 +126,32 @@ def test_dist_profiler_discrete_captures_each_call(tmp_path):
     w.step()
     w.stop_profile()
     assert sorted(os.listdir(tmp_path)) == ["rank3_capture0.json", "rank3_capture1.json"]
+
+
+def test_profiler_path_reexports_the_debug_names():
+    """verl.utils.profiler (verl head's path) holds the very objects of verl.utils.debug (verl 0.4's path)."""
+    import verl.utils.debug as debug
+    import verl.utils.profiler as profiler
+
+    assert profiler.__all__
+    for name in profiler.__all__:
+        assert getattr(profiler, name) is getattr(debug, name), name
+
+
+def test_profiler_extension_needs_no_controller_and_is_one_to_all_under_it():
+    """utils sit below the single controller: importing them loads none of it; once the controller's decorator
+    module loads, start_profile/stop_profile are ONE_TO_ALL worker methods."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from verl.utils.debug import DistProfilerExtension\n"
+        "assert not [m for m in sys.modules if m.startswith('verl.single_controller')]\n"
+        "from verl.single_controller.base.decorator import MAGIC_ATTR, Dispatch\n"
+        "for name in ('start_profile', 'stop_profile'):\n"
+        "    assert getattr(getattr(DistProfilerExtension, name), MAGIC_ATTR)['dispatch_mode'] is Dispatch.ONE_TO_ALL\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -27,7 +27,8 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader, DistributedSampler
 
 from verl.trainer.config.sft import SFTConfig, SFTDataConfig
-from verl.utils.device import get_device_name, get_dist_backend, get_torch_device, is_accelerator_available
+from verl.utils.device import get_device_name, is_accelerator_available
+from verl.utils.distributed import destroy_global_process_group, initialize_global_process_group
 from verl.utils.fsdp_utils import clip_grad_norm_, get_fsdp_full_state_dict, wrap_model_for_training
 from verl.utils.micro_batch import autocast_context, compute_device, pack_padded_inputs, packed_forward_kwargs
 from verl.utils.torch_functional import get_cosine_schedule_with_warmup, get_wsd_schedule_with_warmup
@@ -474,20 +475,6 @@ class FSDPSFTTrainer:
 # ------------------------------------------------------------------------------------------------------------
 # entry points
 # ------------------------------------------------------------------------------------------------------------
-def _init_process_group() -> tuple[int, int, int]:
-    """Join torchrun's process group (env ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``); returns those three."""
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    rank = int(os.environ.get("RANK", 0))
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    if is_accelerator_available():
-        get_torch_device().set_device(local_rank)
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29500")
-        dist.init_process_group(backend=get_dist_backend(), rank=rank, world_size=world_size)
-    return local_rank, rank, world_size
-
-
 def run_sft(config: DictConfig | SFTConfig) -> None:
     """Set up the process group, meshes, tokenizer and datasets, then train (one call per torchrun process)."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -497,7 +484,7 @@ def run_sft(config: DictConfig | SFTConfig) -> None:
 
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     config = validate_sft_config(config, world_size)  # typed once, before any process group, model or data
-    _, _, world_size = _init_process_group()
+    _, _, world_size = initialize_global_process_group()
     device = get_device_name()
     device_mesh = init_device_mesh(device, mesh_shape=(world_size,), mesh_dim_names=("fsdp",))
     sp = config.ulysses_sequence_parallel_size
@@ -518,7 +505,7 @@ def run_sft(config: DictConfig | SFTConfig) -> None:
     )
     trainer.fit()
     dist.barrier()
-    dist.destroy_process_group()
+    destroy_global_process_group()
 
 
 @hydra.main(config_path="config", config_name="sft_trainer", version_base=None)

@@ -48,7 +48,7 @@ _MT_REFUSED = "refused with multi_turn.enable=True (checks.multi_turn); inert wh
 _RM_REFUSED = "refused with reward_model.enable=True (checks.runtime_support); inert otherwise"
 _RM_TEMPLATE = "test_trainer_inprocess::test_reward_model_with_its_own_chat_template"
 _LORA = "lora_rank > 0 (test_vllm_grpo_e2e::test_hand_off_keeps_rollout_and_actor_log_probs_equal[lora])"
-_COV = "its loss_mode (tests/trainer/ppo/test_core_algos_losses.py::test_{clip,kl}_cov_*)"
+_COV = "its loss_mode (tests/trainer/ppo/test_losses.py::test_{clip,kl}_cov_*)"
 _SAPO = "loss_mode=sapo (test_trainer_inprocess::test_newer_policy_losses_one_step)"
 _NSIGHT = "refused when changed from its default (checks.runtime_support; test_ppo_checks)"
 REF = "actor_rollout_ref.ref"

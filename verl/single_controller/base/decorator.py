@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from verl.protocol import DataProto, DataProtoFuture, _padding_size_key
+from verl.utils.debug.profile import DistProfilerExtension
 from verl.utils.py_functional import DynamicEnum
 
 # attribute name under which @register stores its settings on the wrapped method
@@ -400,3 +401,18 @@ def register(dispatch_mode=Dispatch.ALL_TO_ALL, execute_mode=Execute.ALL, blocki
         return wrapper
 
     return decorator
+
+
+def _register_profiler_extension() -> None:
+    """Make verl's profiler mixin (``verl.utils.debug.DistProfilerExtension``) callable from worker groups.
+
+    Its ``start_profile``/``stop_profile`` run on every rank (ONE_TO_ALL). The mixin lives in utils, a layer below
+    this one that cannot import ``register``, so the controller registers the two methods when it loads.
+    """
+    for name in ("start_profile", "stop_profile"):
+        method = getattr(DistProfilerExtension, name)
+        if not hasattr(method, MAGIC_ATTR):
+            setattr(DistProfilerExtension, name, register(dispatch_mode=Dispatch.ONE_TO_ALL)(method))
+
+
+_register_profiler_extension()

@@ -1,4 +1,6 @@
-"""PPO-family algorithm core: advantage estimators, KL penalties and controllers, policy/value/entropy losses.
+"""PPO-family algorithm core: advantage estimators and their registry, the advantage dispatch used by the trainer,
+KL penalties and controllers (with the in-reward KL penalty), and, by re-export from
+:mod:`verl.trainer.ppo.losses`, the policy/value/entropy losses verl users import from here.
 
 Every advantage estimator works on the whole batch at once: group statistics (GRPO, RLOO, OPO, ...) are
 computed with ``index_add``/``bincount`` over integer group ids derived once from the ``uid`` strings, and
@@ -8,6 +10,7 @@ the token-wise recursions loop over the response length only (never over samples
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -17,27 +20,26 @@ import pandas as pd
 import torch
 
 import verl.utils.torch_functional as verl_F
+from verl.protocol import DataProto
 from verl.trainer.config.algorithm import AlgoConfig, KLControlConfig
-from verl.trainer.ppo.losses import (  # noqa: F401  (the losses are part of core_algos' public surface)
+from verl.trainer.ppo.losses import (  # noqa: F401  (verl users import the losses from core_algos)
     LOSS_AGG_MODES,
     POLICY_LOSS_REGISTRY,
     _check_shapes,
     agg_loss,
     compute_entropy_loss,
     compute_policy_loss,
+    compute_policy_loss_cispo,
     compute_policy_loss_clip_cov,
+    compute_policy_loss_geo_mean,
+    compute_policy_loss_gpg,
+    compute_policy_loss_gspo,
     compute_policy_loss_kl_cov,
+    compute_policy_loss_sapo,
     compute_policy_loss_vanilla,
     compute_value_loss,
     get_policy_loss_fn,
     register_policy_loss,
-)
-from verl.trainer.ppo.policy_loss_variants import (  # noqa: F401  (importing registers gspo, gpg, geo_mean, sapo, cispo)
-    compute_policy_loss_cispo,
-    compute_policy_loss_geo_mean,
-    compute_policy_loss_gpg,
-    compute_policy_loss_gspo,
-    compute_policy_loss_sapo,
 )
 
 __all__ = ["register_adv_est", "get_adv_estimator_fn", "AdvantageEstimator"]
@@ -522,3 +524,84 @@ def compute_pf_ppo_reweight_data(data, reweight_method: str = "pow", weight_pow:
         for k, v in data.meta_info.items()
     }
     return type(data)(batch=batch.clone(), non_tensor_batch=non_tensor, meta_info=copy.deepcopy(meta))
+
+
+# ==========================================================================================================
+# Trainer-side steps on a DataProto: response mask, in-reward KL penalty, advantage dispatch
+# (``verl.trainer.ppo.ray_trainer`` re-exports them under verl's names; recipes import them from there)
+# ==========================================================================================================
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """``attention_mask`` over the response columns ``(bs, response_length)``."""
+    response_length = data.batch["responses"].size(1)
+    return data.batch["attention_mask"][:, -response_length:]
+
+
+# inside apply_kl_penalty its argument ``kl_penalty`` (verl's name for the estimator) hides the function
+_kl_penalty = kl_penalty
+
+
+def apply_kl_penalty(data: DataProto, kl_ctrl, kl_penalty: str = "kl", multi_turn: bool = False):
+    """``token_level_rewards = token_level_scores - beta * KL(old || ref)``; updates the controller."""
+    response_length = data.batch["responses"].size(1)
+    if multi_turn:
+        mask = data.batch["loss_mask"][:, -response_length:]
+    else:
+        mask = data.batch["attention_mask"][:, -response_length:]
+    kld = _kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty=kl_penalty) * mask
+    beta = kl_ctrl.value
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
+    current_kl = torch.mean(verl_F.masked_mean(kld, mask=mask, axis=-1)).item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
+    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+def _accepts(fn, name: str) -> bool:
+    """Whether ``fn`` takes a keyword argument ``name`` (named, or through ``**kwargs``)."""
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def compute_advantage(
+    data: DataProto,
+    adv_estimator,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    num_repeat: int = 1,
+    multi_turn: bool = False,
+    norm_adv_by_std_in_grpo: bool = True,
+    config=None,
+) -> DataProto:
+    """Write ``advantages`` and ``returns`` ``(bs, response_length)`` with the estimator registered as
+    ``adv_estimator``; preference-feedback reweighting follows GAE when ``config.use_pf_ppo``.
+
+    Every estimator gets the inputs its signature asks for: ``token_level_rewards``, ``response_mask`` (the
+    ``loss_mask`` in multi-turn, so tool output earns no advantage), ``values``, ``index`` (group uids),
+    ``reward_baselines``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo`` and ``config`` (the algorithm section).
+    """
+    if "response_mask" not in data.batch.keys():
+        data.batch["response_mask"] = compute_response_mask(data)
+    response_mask = data.batch["response_mask"]
+    if multi_turn:
+        response_mask = data.batch["loss_mask"][:, -response_mask.shape[1] :]
+    algorithm = AlgoConfig.from_config(config if config is not None else {})
+    estimator = get_adv_estimator_fn(adv_estimator)
+    inputs = {
+        "token_level_rewards": data.batch["token_level_rewards"],
+        "response_mask": response_mask,
+        "gamma": gamma,
+        "lam": lam,
+        "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo,
+        "config": algorithm,
+    }
+    optional = {"values": data.batch, "reward_baselines": data.batch}
+    for key, source in optional.items():
+        if key in source.keys():
+            inputs[key] = source[key]
+    if "uid" in data.non_tensor_batch:
+        inputs["index"] = data.non_tensor_batch["uid"]
+    advantages, returns = estimator(**{k: v for k, v in inputs.items() if _accepts(estimator, k)})
+    data.batch["advantages"], data.batch["returns"] = advantages, returns
+    if adv_estimator == AdvantageEstimator.GAE and algorithm.use_pf_ppo:
+        pf = algorithm.pf_ppo
+        data = compute_pf_ppo_reweight_data(data, pf.reweight_method, pf.weight_pow)
+    return data

@@ -20,9 +20,9 @@ from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, Ra
 from verl.single_controller.ray.base import create_colocated_worker_cls
 from verl.trainer.config import PPOConfig
 from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.advantage import apply_kl_penalty, compute_advantage, compute_response_mask
 from verl.trainer.ppo.checkpointing import TrainerCheckpointer
-from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from verl.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage, compute_response_mask
+from verl.trainer.ppo.losses import agg_loss
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,

@@ -179,27 +179,20 @@ class DistProfiler:
         return decorator
 
 
-def _one_to_all(func):
-    """Register `func` as a ONE_TO_ALL worker method when the single controller is importable."""
-    try:
-        from verl.single_controller.base.decorator import Dispatch, register
-    except ImportError:  # utils stay usable without the controller (e.g. in the SFT trainer)
-        return func
-    return register(dispatch_mode=Dispatch.ONE_TO_ALL)(func)
-
-
 class DistProfilerExtension:
-    """Worker mixin exposing `start_profile`/`stop_profile` to the trainer (called on every rank)."""
+    """Worker mixin exposing `start_profile`/`stop_profile` to the trainer (called on every rank).
+
+    The two methods are ONE_TO_ALL worker methods; `verl.single_controller.base.decorator` registers them when it
+    loads, since utils sit below the single controller and do not import it.
+    """
 
     def __init__(self, profiler: DistProfiler):
         self.profiler = profiler
 
-    @_one_to_all
     def start_profile(self, **kwargs) -> None:
         """Start profiling this worker."""
         self.profiler.start(**kwargs)
 
-    @_one_to_all
     def stop_profile(self) -> None:
         """Stop profiling this worker."""
         self.profiler.stop()

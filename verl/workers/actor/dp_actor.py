@@ -11,7 +11,8 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.config import ActorConfig, RefConfig
-from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.trainer.ppo.core_algos import kl_penalty
+from verl.trainer.ppo.losses import agg_loss, get_policy_loss_fn
 from verl.utils.cpu_attention import training_attention
 from verl.utils.device import release_freed_host_memory
 from verl.utils.fused_logprobs import check_fusable_head, fused_output_head

