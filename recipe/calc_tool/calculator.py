@@ -12,8 +12,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.multi_turn.tools.base_tool import BaseTool
+from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
 
 __all__ = ["CalculatorError", "CalculatorTool", "evaluate", "format_number"]
 

@@ -44,7 +44,7 @@ TOOL_MESSAGE = "<tool_response>\nresult=42\n</tool_response>"
 
 
 def _register_simulated_loop():
-    from verl.experimental.agent_loop import AgentLoopBase, AgentLoopOutput, register, registered_agent_loops
+    from verl.multi_turn.agent_loop import AgentLoopBase, AgentLoopOutput, register, registered_agent_loops
 
     if "simulated_tool_agent" in registered_agent_loops():
         return
@@ -124,7 +124,7 @@ def main() -> None:
     from transformers import AutoConfig, AutoTokenizer
 
     from verl.demo.tiny_model import make_tiny_model_dir
-    from verl.workers.rollout.multi_turn import AgentLoopRollout
+    from verl.multi_turn import AgentLoopRollout
     from verl.workers.rollout.vllm_rollout import vLLMRollout
 
     torch.set_num_threads(os.cpu_count() or 1)

@@ -27,7 +27,7 @@ def _preprocess():
 
 
 def test_jsonl_rows_become_search_r1_rows(tmp_path):
-    from verl.tools.base_tool import initialize_tools_from_config
+    from verl.multi_turn.tools.base_tool import initialize_tools_from_config
     from verl.utils.reward_score import default_compute_score
 
     for split in ("train", "test"):

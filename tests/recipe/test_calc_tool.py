@@ -18,7 +18,7 @@ from recipe.calc_tool.create_dataset import (
     write_dataset,
 )
 from recipe.calc_tool.reward_function import calc_tool_reward_function
-from verl.workers.rollout.multi_turn.tool_parser import get_tool_parser
+from verl.multi_turn.tool_parser import get_tool_parser
 
 
 # ------------------------------------------------------------------------------------------------ generator
@@ -133,7 +133,7 @@ def test_calculator_tool_answers_and_reports_errors():
 def test_tool_config_builds_the_calculator():
     import os
 
-    from verl.tools.base_tool import initialize_tools_from_config
+    from verl.multi_turn.tools.base_tool import initialize_tools_from_config
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     (tool,) = initialize_tools_from_config(os.path.join(root, "recipe", "calc_tool", "tool_config.yaml"))

@@ -67,7 +67,7 @@ def _run(tmp_path, rollout: str, model_kwargs: dict):
         assert step["multi_turn/assistant_turns_mean"] >= 1
         assert "multi_turn/user_turns_mean" in step  # a random model's turns mostly end at the length limit
         # a random model rarely writes a well-formed call; the loop's tool path is covered turn by turn in
-        # tests/workers/rollout/test_multi_turn.py, the plumbing through Ray, rewards and the update here
+        # tests/multi_turn/test_agent_loop_rollout.py, the plumbing through Ray, rewards and the update here
         assert "multi_turn/tool_calls_mean" in step and "multi_turn/token_drift_trajectories" in step
         assert step["actor/pg_loss"] == step["actor/pg_loss"]  # the update ran on the loss mask (finite)
     return steps
@@ -86,7 +86,7 @@ def test_multi_turn_grpo_vllm_rollout(tmp_path):
 
 
 AGENT_MODULE = '''
-from verl.experimental.agent_loop import SingleTurnAgentLoop
+from verl.multi_turn.agent_loop import SingleTurnAgentLoop
 
 
 class CountingAgentLoop(SingleTurnAgentLoop):

@@ -1,5 +1,9 @@
-"""Interactions: a user simulator or environment answering the model in multi-turn rollouts."""
+"""verl's import path for interactions (``verl.interactions``, ``verl.interactions.base``, ...).
 
-from verl.interactions.base import BaseInteraction
+The interactions live in ``verl.multi_turn.interactions``; this package is that package under verl's name, module
+for module (one module object per module, see ``verl.utils.module_alias``).
+"""
 
-__all__ = ["BaseInteraction"]
+from verl.utils.module_alias import alias_package
+
+alias_package(__name__, "verl.multi_turn.interactions")

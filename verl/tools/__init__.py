@@ -1,5 +1,10 @@
-"""Tools a model calls during multi-turn rollouts (``actor_rollout_ref.rollout.multi_turn.tool_config_path``)."""
+"""verl's import path for tools (``verl.tools``, ``verl.tools.base_tool``, ``verl.tools.gsm8k_tool``, ...).
 
-from verl.tools.base_tool import BaseTool, initialize_tools_from_config
+The tools live in ``verl.multi_turn.tools``; this package is that package under verl's name, module for module (one
+module object per module, see ``verl.utils.module_alias``), so a tool config naming ``verl.tools.gsm8k_tool.Gsm8kTool``
+loads the same class as ``verl.multi_turn.tools.gsm8k_tool.Gsm8kTool``.
+"""
 
-__all__ = ["BaseTool", "initialize_tools_from_config"]
+from verl.utils.module_alias import alias_package
+
+alias_package(__name__, "verl.multi_turn.tools")

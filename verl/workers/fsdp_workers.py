@@ -236,7 +236,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         if self._is_rollout:
             self.rollout, self.rollout_sharding_manager = self._build_rollout()
             if self.config.rollout.uses_agent_loops:
-                from verl.workers.rollout.multi_turn import AgentLoopRollout
+                from verl.multi_turn import AgentLoopRollout
 
                 self.rollout = AgentLoopRollout(self.rollout, self.config.rollout, self.tokenizer)
         if self._is_ref:

@@ -1,31 +1,14 @@
-"""Agent loops (verl >= 0.5): one coroutine per trajectory, selected per data row by ``agent_name``.
+"""verl's import path for the agent loops (``verl.experimental.agent_loop`` and its submodules).
 
-Built in: ``single_turn_agent`` and ``tool_agent``. Add your own with ``@register("name")`` on an
-``AgentLoopBase`` subclass, or list it in the file ``rollout.agent.agent_loop_config_path`` names.
+The agent loops live in ``verl.multi_turn.agent_loop``; this package is that package under verl's name, module for
+module (one module object per module, see ``verl.utils.module_alias``). verl's submodule names map to ours:
+``agent_loop`` -> ``base``, ``single_turn_agent_loop`` -> ``single_turn``, ``tool_agent_loop`` -> ``tool_agent``.
 """
 
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopBase,
-    AgentLoopContext,
-    AgentLoopOutput,
-    get_agent_loop_class,
-    load_agent_loop_config,
-    read_agent_loop_config,
-    register,
-    registered_agent_loops,
-)
-from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
-from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+from verl.utils.module_alias import alias_package
 
-__all__ = [
-    "AgentLoopBase",
-    "AgentLoopContext",
-    "AgentLoopOutput",
-    "SingleTurnAgentLoop",
-    "ToolAgentLoop",
-    "get_agent_loop_class",
-    "load_agent_loop_config",
-    "read_agent_loop_config",
-    "register",
-    "registered_agent_loops",
-]
+alias_package(
+    __name__,
+    "verl.multi_turn.agent_loop",
+    renames={"agent_loop": "base", "single_turn_agent_loop": "single_turn", "tool_agent_loop": "tool_agent"},
+)

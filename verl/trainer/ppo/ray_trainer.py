@@ -15,6 +15,7 @@ import torch
 from omegaconf import DictConfig, open_dict
 
 from verl import DataProto
+from verl.multi_turn.rollout import pop_agent_loop_metrics
 from verl.single_controller.base import Worker
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.single_controller.ray.base import create_colocated_worker_cls
@@ -35,7 +36,6 @@ from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_
 from verl.utils.debug import marked_timer
 from verl.utils.device import peak_rss_gb
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
-from verl.workers.rollout.multi_turn.rollout import pop_agent_loop_metrics
 
 logger = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from collections import defaultdict
 import numpy as np
 
 from verl import DataProto
+from verl.multi_turn.rollout import ROW_CONTEXT_KEYS
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.config import PPOConfig
 from verl.trainer.ppo.metric_utils import process_validation_metrics
 from verl.trainer.report.generation_dump import dump_generations, rollout_generations, select_val_generations
-from verl.workers.rollout.multi_turn.rollout import ROW_CONTEXT_KEYS
 
 logger = logging.getLogger(__name__)
 

@@ -145,7 +145,7 @@ class HFRollout(BaseRollout):
         Call it inside ``generation_context()``: a sharded module is unsharded once for all the turns of a batch,
         since ranks whose conversations take different numbers of turns cannot meet in a collective per turn.
         """
-        from verl.workers.rollout.multi_turn.engine import GeneratedTurn
+        from verl.multi_turn.turn_engine import GeneratedTurn
 
         gen_kwargs = {**self._generation_kwargs(request), "num_return_sequences": 1}
         micro = self.config.micro_batch_size or len(prompts)

@@ -42,7 +42,7 @@ def _check_tool_settings(config, check_files: bool) -> None:
             f"{_KEY}.enable=True needs data.return_raw_chat=True (the rollout re-templates each prompt's messages "
             "with the tool schemas)"
         )
-    from verl.workers.rollout.multi_turn.tool_parser import registered_tool_parsers
+    from verl.multi_turn.tool_parser import registered_tool_parsers
 
     if settings.format not in registered_tool_parsers():
         raise ConfigError(
@@ -102,7 +102,7 @@ def _check_agent_loops(config, check_files: bool) -> None:
             "data.return_raw_chat=False: agent loops (rollout.mode=async or multi_turn.enable=True) need "
             "data.return_raw_chat=True, since each loop templates its row's chat messages itself"
         )
-    from verl.experimental.agent_loop import read_agent_loop_config, registered_agent_loops
+    from verl.multi_turn.agent_loop import read_agent_loop_config, registered_agent_loops
 
     names = set(registered_agent_loops())
     if agent.agent_loop_config_path and check_files:
@@ -152,8 +152,8 @@ def _check_classes(path: str, key: str, section: str) -> dict[str, tuple[str, ..
 
     Returns the ``REQUIRED_CREATE_KWARGS`` of the tools whose file entry names them (``tool_schema.function.name``).
     """
-    from verl.interactions.utils.interaction_registry import load_interaction_entries
-    from verl.tools.utils.tool_registry import load_tool_entries
+    from verl.multi_turn.interactions.utils.interaction_registry import load_interaction_entries
+    from verl.multi_turn.tools.utils.tool_registry import load_tool_entries
     from verl.utils.import_utils import load_class_by_name
 
     load = load_tool_entries if section == "tools" else load_interaction_entries

@@ -359,7 +359,7 @@ class vLLMRollout(BaseRollout):
 
     def turn_from_sample(self, sample):
         """A ``GeneratedTurn`` from one vLLM completion (with its log-probs when ``calculate_log_probs``)."""
-        from verl.workers.rollout.multi_turn.engine import GeneratedTurn
+        from verl.multi_turn.turn_engine import GeneratedTurn
 
         tokens = list(sample.token_ids)
         log_probs = None

@@ -1,6 +1,6 @@
 """An agent loop that a test's agent-loop config file names by import path."""
 
-from verl.experimental.agent_loop import AgentLoopBase, AgentLoopOutput
+from verl.multi_turn.agent_loop import AgentLoopBase, AgentLoopOutput
 
 
 class EchoAgentLoop(AgentLoopBase):

@@ -15,11 +15,11 @@ import logging
 import math
 import time
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
-from verl.tools.schemas import OpenAIFunctionCallSchema, OpenAIFunctionParsedSchema
-from verl.workers.rollout.multi_turn.engine import GeneratedTurn
-from verl.workers.rollout.multi_turn.tool_parser import ParsedTurn, get_tool_parser
-from verl.workers.rollout.multi_turn.trajectory import Trajectory
+from verl.multi_turn.agent_loop.base import AgentLoopBase, AgentLoopOutput, register
+from verl.multi_turn.tool_parser import ParsedTurn, get_tool_parser
+from verl.multi_turn.tools.schemas import OpenAIFunctionCallSchema, OpenAIFunctionParsedSchema
+from verl.multi_turn.trajectory import Trajectory
+from verl.multi_turn.turn_engine import GeneratedTurn
 
 logger = logging.getLogger(__name__)
 

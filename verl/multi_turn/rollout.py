@@ -24,14 +24,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl.multi_turn.chat_template import ChatTemplate
+from verl.multi_turn.tool_parser import get_tool_parser
+from verl.multi_turn.turn_batcher import TurnBatcher
+from verl.multi_turn.turn_engine import GeneratedTurn, TurnEngine
 from verl.protocol import DataProto
 from verl.trainer.config import RolloutConfig
 from verl.utils.model import compute_position_id_with_mask
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
-from verl.workers.rollout.multi_turn.batcher import TurnBatcher
-from verl.workers.rollout.multi_turn.chat import ChatTemplate
-from verl.workers.rollout.multi_turn.engine import GeneratedTurn, TurnEngine
-from verl.workers.rollout.multi_turn.tool_parser import get_tool_parser
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class AgentLoopRollout(BaseRollout):
     """
 
     def __init__(self, engine: TurnEngine, config, tokenizer, tools: list | None = None, interaction=None):
-        from verl.experimental.agent_loop import get_agent_loop_class, load_agent_loop_config
+        from verl.multi_turn.agent_loop import get_agent_loop_class, load_agent_loop_config
 
         self.engine = engine
         self.config = RolloutConfig.from_config(config)
@@ -66,11 +66,11 @@ class AgentLoopRollout(BaseRollout):
         if settings.enable:
             get_tool_parser(settings.format)  # an unknown format fails here, not at the first tool call
             if tools is None and settings.tool_config_path:
-                from verl.tools.utils.tool_registry import initialize_tools_from_config
+                from verl.multi_turn.tools.utils.tool_registry import initialize_tools_from_config
 
                 tools = initialize_tools_from_config(settings.tool_config_path)
             if interaction is None and settings.interaction_config_path:
-                from verl.interactions.utils.interaction_registry import initialize_interaction_from_config
+                from verl.multi_turn.interactions.utils.interaction_registry import initialize_interaction_from_config
 
                 interaction = initialize_interaction_from_config(settings.interaction_config_path)
         self.tools = {tool.name: tool for tool in tools or []}
@@ -93,7 +93,7 @@ class AgentLoopRollout(BaseRollout):
 
     # ------------------------------------------------------------------------------------------------ the loops
     async def _generate(self, prompts: DataProto) -> DataProto:
-        from verl.experimental.agent_loop import AgentLoopContext
+        from verl.multi_turn.agent_loop import AgentLoopContext
 
         meta = prompts.meta_info
         for key in ("eos_token_id", "pad_token_id"):
@@ -131,7 +131,7 @@ class AgentLoopRollout(BaseRollout):
         return self._to_batch(prompts, outputs, request.n, int(meta["pad_token_id"]), server.engine_calls)
 
     def _loop_classes(self, prompts: DataProto) -> list:
-        from verl.experimental.agent_loop import get_agent_loop_class
+        from verl.multi_turn.agent_loop import get_agent_loop_class
 
         non_tensor = prompts.non_tensor_batch
         if "raw_prompt" not in non_tensor:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.multi_turn.tools.base_tool import BaseTool
+from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.sandbox import run_python
 
 __all__ = ["CodeInterpreterTool", "CodeToolBase", "code_tool_schema", "code_tool_answer", "config_number"]

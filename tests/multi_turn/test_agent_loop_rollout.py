@@ -12,15 +12,15 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 from verl.demo.tiny_model import make_tiny_model_dir
-from verl.experimental.agent_loop.tool_agent_loop import truncate_text
-from verl.interactions.base import BaseInteraction
+from verl.multi_turn import GeneratedTurn, MultiTurnRollout, get_tool_parser
+from verl.multi_turn.agent_loop.tool_agent import truncate_text
+from verl.multi_turn.chat_template import ChatTemplate
+from verl.multi_turn.interactions.base import BaseInteraction
+from verl.multi_turn.rollout import pop_agent_loop_metrics
+from verl.multi_turn.tools.base_tool import BaseTool
+from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
 from verl.protocol import DataProto
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.trainer.config import RolloutConfig
-from verl.workers.rollout.multi_turn import GeneratedTurn, MultiTurnRollout, get_tool_parser
-from verl.workers.rollout.multi_turn.chat import ChatTemplate
-from verl.workers.rollout.multi_turn.rollout import pop_agent_loop_metrics
 
 TOKENIZER = "verl/assets/tokenizer"
 P, T = 1024, 1024  # byte-level tokenizer: the tool schema alone is ~600 tokens
@@ -349,8 +349,8 @@ def test_a_slow_tool_holds_back_only_its_own_trajectory(tokenizer):
 
 @pytest.mark.parametrize("mode, matches", [("strict", False), ("ignore_strippable", True), ("off", True)])
 def test_tokenization_sanity_check_modes(tokenizer, mode, matches):
-    from verl.experimental.agent_loop import AgentLoopContext, ToolAgentLoop
-    from verl.workers.rollout.multi_turn.trajectory import Trajectory
+    from verl.multi_turn.agent_loop import AgentLoopContext, ToolAgentLoop
+    from verl.multi_turn.trajectory import Trajectory
 
     rollout, _ = _rollout(tokenizer, ["x"], tokenization_sanity_check_mode=mode)
     context = AgentLoopContext(None, rollout.chat, rollout.config, None, [], rollout.tools)
@@ -379,7 +379,7 @@ def _agent_rows(tokenizer, names):
 
 def test_rows_play_the_agent_loop_they_name_including_one_from_a_config_file(tokenizer, tmp_path):
     loops = tmp_path / "loops.yaml"
-    loops.write_text("- name: echo_agent\n  _target_: tests.workers.rollout.agent_loops_for_tests.EchoAgentLoop\n")
+    loops.write_text("- name: echo_agent\n  _target_: tests.multi_turn.agent_loops_for_tests.EchoAgentLoop\n")
     end = ChatTemplate(tokenizer).end_of_turn_id
     engine = ScriptedEngine(tokenizer, [CALL, "The answer is 360."], end)
     config = _config()
@@ -400,7 +400,7 @@ def test_rows_play_the_agent_loop_they_name_including_one_from_a_config_file(tok
 
 
 def test_a_failing_agent_loop_fails_the_call_and_leaves_no_trajectory_running(tokenizer):
-    from verl.experimental.agent_loop import AgentLoopBase, register
+    from verl.multi_turn.agent_loop import AgentLoopBase, register
 
     @register("raising_agent")
     class RaisingAgentLoop(AgentLoopBase):
@@ -417,7 +417,7 @@ def test_a_failing_agent_loop_fails_the_call_and_leaves_no_trajectory_running(to
 
 
 def test_a_user_loop_returning_an_oversize_prompt_is_refused_naming_the_row(tokenizer):
-    from verl.experimental.agent_loop import AgentLoopBase, AgentLoopOutput, register
+    from verl.multi_turn.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
     @register("oversize_prompt_agent")
     class OversizePromptLoop(AgentLoopBase):  # skips checked_prompt: the runner checks again
@@ -472,11 +472,11 @@ def test_async_single_turn_agent_on_hf_equals_the_sync_rollout_greedy(tmp_path):
 
 
 def test_agent_loops_read_the_lent_row_columns_which_the_output_leaves_out(tokenizer, tmp_path):
-    from tests.workers.rollout.agent_loops_for_tests import EchoAgentLoop
+    from tests.multi_turn.agent_loops_for_tests import EchoAgentLoop
     from verl.trainer.ppo.validation import pop_generation_inputs
 
     loops = tmp_path / "loops.yaml"
-    loops.write_text("- name: echo_agent\n  _target_: tests.workers.rollout.agent_loops_for_tests.EchoAgentLoop\n")
+    loops.write_text("- name: echo_agent\n  _target_: tests.multi_turn.agent_loops_for_tests.EchoAgentLoop\n")
     config = _config()
     config.agent.agent_loop_config_path = str(loops)
     config.agent.default_agent_loop = "echo_agent"

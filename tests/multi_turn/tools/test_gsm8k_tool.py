@@ -10,10 +10,10 @@ from unittest import mock
 import pandas as pd
 import pytest
 
-from verl.tools.base_tool import initialize_tools_from_config
-from verl.tools.gsm8k_tool import Gsm8kTool
+from verl.multi_turn.tools.base_tool import initialize_tools_from_config
+from verl.multi_turn.tools.gsm8k_tool import Gsm8kTool
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TOOL_CONFIG = os.path.join(ROOT, "examples", "multiturn", "config", "tool_config", "gsm8k_tool_config.yaml")
 PENALTY = -0.05
 

@@ -22,8 +22,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl.tools.code_interpreter_tool import CodeToolBase, code_tool_answer, config_number
-from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.multi_turn.tools.code_interpreter_tool import CodeToolBase, code_tool_answer, config_number
+from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.reward_score.sandbox_fusion import utils as sandbox_utils
 
 __all__ = ["SandboxFusionTool"]

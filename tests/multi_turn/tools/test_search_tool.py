@@ -12,11 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pandas as pd
 import pytest
 
-from verl.tools.base_tool import initialize_tools_from_config
-from verl.tools.search_tool import SearchTool, format_passages
-from verl.tools.utils.search_backends import BM25Index, HttpRetrievalBackend, Passage, load_corpus
+from verl.multi_turn.tools.base_tool import initialize_tools_from_config
+from verl.multi_turn.tools.search_tool import SearchTool, format_passages
+from verl.multi_turn.tools.utils.search_backends import BM25Index, HttpRetrievalBackend, Passage, load_corpus
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXAMPLE_CONFIG = os.path.join(ROOT, "examples", "multiturn", "config", "tool_config", "search_tool_config.yaml")
 
 CORPUS = [

@@ -20,10 +20,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.multi_turn.chat_template import ChatTemplate
+from verl.multi_turn.turn_engine import TurnServer
 from verl.utils.registry import NamedRegistry
 from verl.workers.rollout.base import SamplingRequest
-from verl.workers.rollout.multi_turn.chat import ChatTemplate
-from verl.workers.rollout.multi_turn.engine import TurnServer
 
 __all__ = [
     "AgentLoopBase",

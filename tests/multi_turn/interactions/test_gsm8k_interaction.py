@@ -8,10 +8,10 @@ from unittest import mock
 
 import pytest
 
-from verl.interactions.gsm8k_interaction import Gsm8kInteraction
-from verl.interactions.utils.interaction_registry import initialize_interaction_from_config
+from verl.multi_turn.interactions.gsm8k_interaction import Gsm8kInteraction
+from verl.multi_turn.interactions.utils.interaction_registry import initialize_interaction_from_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 INTERACTION_CONFIG = os.path.join(
     ROOT, "examples", "multiturn", "config", "interaction_config", "gsm8k_interaction_config.yaml"
 )
@@ -103,7 +103,7 @@ def test_shipped_config_builds_the_interaction():
 
 
 def test_a_preprocessed_row_drives_the_interaction_end_to_end(monkeypatch):
-    # the row format itself (through parquet) is checked in tests/tools/test_gsm8k_tool.py
+    # the row format itself (through parquet) is checked in tests/multi_turn/tools/test_gsm8k_tool.py
     monkeypatch.syspath_prepend(os.path.join(ROOT, "examples", "data_preprocess"))
     make_map_fn = importlib.import_module("gsm8k_multiturn_w_interaction").make_map_fn
     row = make_map_fn("test")({"question": "A debt of 5 less 8?", "answer": "5 - 8 = -3\n#### -3"}, 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, ClassVar
 
-from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
 
 
 class BaseTool:
@@ -51,7 +51,7 @@ class BaseTool:
 
 
 def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
-    """Build the tools listed in a tool config file (see ``verl.tools.utils.tool_registry``)."""
-    from verl.tools.utils.tool_registry import initialize_tools_from_config as _load
+    """Build the tools listed in a tool config file (see ``verl.multi_turn.tools.utils.tool_registry``)."""
+    from verl.multi_turn.tools.utils.tool_registry import initialize_tools_from_config as _load
 
     return _load(tools_config_file)

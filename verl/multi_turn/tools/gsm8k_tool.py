@@ -10,8 +10,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.multi_turn.tools.base_tool import BaseTool
+from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
 
 # The module, not the function, so that a patched ``gsm8k.compute_score`` is the one every call sees.
 from verl.utils.reward_score import gsm8k

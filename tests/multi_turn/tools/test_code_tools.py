@@ -5,9 +5,9 @@ import asyncio
 import pytest
 
 from tests.sandbox_fusion_server import sandbox_fusion_server, unused_local_url
-from verl.tools.base_tool import initialize_tools_from_config
-from verl.tools.code_interpreter_tool import CodeInterpreterTool
-from verl.tools.sandbox_fusion_tools import SandboxFusionTool
+from verl.multi_turn.tools.base_tool import initialize_tools_from_config
+from verl.multi_turn.tools.code_interpreter_tool import CodeInterpreterTool
+from verl.multi_turn.tools.sandbox_fusion_tools import SandboxFusionTool
 
 
 def _call(tool, parameters):

@@ -6,7 +6,7 @@ import os
 
 from omegaconf import OmegaConf
 
-from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.import_utils import load_class_by_name
 
 

@@ -22,9 +22,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import OpenAIFunctionToolSchema
-from verl.tools.utils.search_backends import (
+from verl.multi_turn.tools.base_tool import BaseTool
+from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
+from verl.multi_turn.tools.utils.search_backends import (
     BM25Index,
     HttpRetrievalBackend,
     Passage,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.interactions.base import BaseInteraction
-from verl.tools.gsm8k_tool import Gsm8kAnswerStore
+from verl.multi_turn.interactions.base import BaseInteraction
+from verl.multi_turn.tools.gsm8k_tool import Gsm8kAnswerStore
 
 CORRECT_RESPONSE = "Your response is correct!"
 INCORRECT_RESPONSE = "Your response is incorrect! You need to reflect on your answer and try again."

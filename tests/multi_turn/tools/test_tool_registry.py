@@ -5,10 +5,10 @@ import textwrap
 
 import pytest
 
-from verl.interactions.base import BaseInteraction
-from verl.interactions.utils.interaction_registry import initialize_interaction_from_config
-from verl.tools.base_tool import BaseTool, initialize_tools_from_config
-from verl.tools.schemas import OpenAIFunctionCallSchema, OpenAIFunctionParsedSchema, OpenAIFunctionToolSchema
+from verl.multi_turn.interactions.base import BaseInteraction
+from verl.multi_turn.interactions.utils.interaction_registry import initialize_interaction_from_config
+from verl.multi_turn.tools.base_tool import BaseTool, initialize_tools_from_config
+from verl.multi_turn.tools.schemas import OpenAIFunctionCallSchema, OpenAIFunctionParsedSchema, OpenAIFunctionToolSchema
 
 SCHEMA = {
     "type": "function",

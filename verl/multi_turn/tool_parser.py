@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from verl.tools.schemas import OpenAIFunctionParsedSchema
+from verl.multi_turn.tools.schemas import OpenAIFunctionParsedSchema
 from verl.utils.registry import NamedRegistry
 
 __all__ = ["ParsedTurn", "ToolParser", "HermesToolParser", "register_tool_parser", "get_tool_parser"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.multi_turn.agent_loop.base import AgentLoopBase, AgentLoopOutput, register
 
 __all__ = ["SingleTurnAgentLoop"]
 
