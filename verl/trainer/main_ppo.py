@@ -20,6 +20,7 @@ from verl.trainer.config import PPOConfig
 from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
 from verl.trainer.ppo.reward import load_reward_manager
 from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
+from verl.utils.logging_utils import set_basic_config
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class _TaskRunner:
 
     def run(self, config, trainer_cls=None, actor_rollout_cls=None, reward_model_cls=None) -> None:
         """Build the trainer (a recipe's classes, see build_trainer), its workers, and train."""
-        logging.basicConfig(level=os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper())
+        set_basic_config()  # a TaskRunner actor is a fresh process: same root level as the driver
         print(OmegaConf.to_yaml(config, resolve=True))
         OmegaConf.resolve(config)
         trainer = build_trainer(
