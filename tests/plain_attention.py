@@ -4,7 +4,7 @@ import contextlib
 
 import torch
 
-import verl.utils.cpu_attention as cpu_attention_module
+import verl.workers.engine.fsdp.cpu_attention as cpu_attention_module
 
 
 def bf16_update_through_both_forms(monkeypatch, build_model, build_engine, run_update) -> tuple[int, float]:

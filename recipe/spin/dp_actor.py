@@ -11,8 +11,8 @@ import torch.distributed as dist
 
 from recipe.spin.core_algos import compute_online_dpo_loss, sequence_log_probs
 from verl.protocol import DataProto
-from verl.utils.micro_batch import append_metrics, to_device, to_float
 from verl.workers.actor.dp_actor import DataParallelPPOActor
+from verl.workers.engine.micro_batches import append_metrics, to_device, to_float
 
 __all__ = ["SPINDataParallelPPOActor"]
 

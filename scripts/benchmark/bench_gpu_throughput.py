@@ -146,7 +146,7 @@ def run(args) -> list[dict]:
     from verl.utils.device import get_device_name
     from verl.utils.flops_counter import FlopsCounter, get_device_flops
     from verl.utils.tiny_model import make_tiny_model_dir
-    from verl.workers.fsdp_setup import attn_implementation
+    from verl.workers.engine.fsdp.setup import attn_implementation
 
     shape = TINY if args.tiny else QWEN25_05B
     with tempfile.TemporaryDirectory() as tmp:

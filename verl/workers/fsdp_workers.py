@@ -36,15 +36,15 @@ from verl.utils.device import (
     get_device_name,
     peak_rss_gb,
 )
+from verl.utils.distributed import init_distributed
 from verl.utils.import_utils import import_external_libs
 from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
-from verl.workers.fsdp_setup import (
-    OffloadGuard,
+from verl.workers.engine.fsdp.offload import OffloadGuard
+from verl.workers.engine.fsdp.setup import (
     build_fsdp_model,
     build_optimizer,
     create_device_mesh,
     get_sharding_strategy,
-    init_distributed,
     load_pretrained,
     policy_auto_class,
     ulysses_sharding_manager,

@@ -11,30 +11,32 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
-from verl.utils.cpu_attention import training_attention
+from verl.utils.dataset.vision_utils import merge_multi_modal_inputs
 from verl.utils.device import release_freed_host_memory
-from verl.utils.fused_logprobs import check_fusable_head, fused_output_head
-from verl.utils.micro_batch import (
-    append_metrics,
+from verl.workers.actor.base import BasePPOActor
+from verl.workers.config import ActorConfig, RefConfig
+from verl.workers.engine.fsdp.cpu_attention import training_attention
+from verl.workers.engine.fsdp.fused_head import check_fusable_head, fused_output_head
+from verl.workers.engine.fsdp.hf_forward import (
     autocast_context,
     compute_device,
     gather_sequence_parallel,
-    gradient_accumulation_steps,
-    make_micro_batches,
-    merge_multi_modal_inputs,
     optimizer_step,
     pack_padded_inputs,
     packed_forward_kwargs,
     padded_forward,
-    restore_order,
     slice_for_sequence_parallel,
-    to_device,
-    to_float,
     trim_padding_columns,
     unpack_to_padded,
 )
-from verl.workers.actor.base import BasePPOActor
-from verl.workers.config import ActorConfig, RefConfig
+from verl.workers.engine.micro_batches import (
+    append_metrics,
+    gradient_accumulation_steps,
+    make_micro_batches,
+    restore_order,
+    to_device,
+    to_float,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -249,7 +251,7 @@ class DataParallelPPOActor(BasePPOActor):
         return log_probs, entropys
 
     def _training_attention(self):
-        """See :func:`verl.utils.cpu_attention.training_attention`."""
+        """See :func:`verl.workers.engine.fsdp.cpu_attention.training_attention`."""
         return training_attention(self.actor_module, self.device, self.ulysses_sequence_parallel_size)
 
     def update_policy(self, data: DataProto) -> dict[str, list]:

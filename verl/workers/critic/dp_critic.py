@@ -11,27 +11,29 @@ from omegaconf import DictConfig
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import compute_value_loss
-from verl.utils.cpu_attention import training_attention
-from verl.utils.micro_batch import (
-    append_metrics,
+from verl.utils.dataset.vision_utils import merge_multi_modal_inputs
+from verl.workers.config import CriticConfig
+from verl.workers.critic.base import BasePPOCritic
+from verl.workers.engine.fsdp.cpu_attention import training_attention
+from verl.workers.engine.fsdp.hf_forward import (
     autocast_context,
     compute_device,
     gather_sequence_parallel,
-    gradient_accumulation_steps,
-    make_micro_batches,
-    merge_multi_modal_inputs,
     optimizer_step,
     pack_padded_inputs,
     packed_forward_kwargs,
     padded_forward,
-    restore_order,
     slice_for_sequence_parallel,
-    to_device,
-    to_float,
     unpack_to_padded,
 )
-from verl.workers.config import CriticConfig
-from verl.workers.critic.base import BasePPOCritic
+from verl.workers.engine.micro_batches import (
+    append_metrics,
+    gradient_accumulation_steps,
+    make_micro_batches,
+    restore_order,
+    to_device,
+    to_float,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +139,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             return self._update_critic(data)
 
     def _training_attention(self):
-        """See :func:`verl.utils.cpu_attention.training_attention`."""
+        """See :func:`verl.workers.engine.fsdp.cpu_attention.training_attention`."""
         return training_attention(self.critic_module, self.device, self.ulysses_sequence_parallel_size)
 
     def _update_critic(self, data: DataProto) -> dict[str, list]:

@@ -1,4 +1,5 @@
-"""Building blocks the FSDP workers share: process group, device meshes, HF model loading, LoRA, optimizer, offload.
+"""Building the FSDP engine's parts: device meshes, HF model loading, LoRA, FSDP1/FSDP2 wrapping, optimizer and LR
+scheduler.
 
 `load_pretrained` and `build_fsdp_model` are the one path by which actor, reference, critic and reward model get
 their tokenizer, HF config and FSDP-wrapped module; the roles differ only in the arguments they pass.
@@ -7,64 +8,21 @@ their tokenizer, HF config and FSDP-wrapped module; the roles differ only in the
 from __future__ import annotations
 
 import logging
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from verl.utils.device import get_device_name, get_dist_backend, is_accelerator_available
+from verl.utils.device import get_device_name, is_accelerator_available
 from verl.utils.fsdp_utils import (
     get_init_weight_context_manager,
     get_sharding_strategy,  # noqa: F401 (re-export)
-    load_fsdp_model_to_gpu,
-    load_fsdp_optimizer,
-    offload_fsdp_model_to_cpu,
-    offload_fsdp_optimizer,
 )
 from verl.utils.torch_dtypes import PrecisionType
 from verl.workers.config import FSDPConfig, OptimConfig
 
 logger = logging.getLogger(__name__)
-
-
-def init_distributed() -> None:
-    """Join the worker group's torch.distributed group (env:// rendezvous), once per process; on a CPU-only host,
-    also give this worker its share of the host's cores."""
-    if dist.is_initialized():
-        return
-    if not is_accelerator_available():
-        use_cpu_share()
-    dist.init_process_group(
-        backend=get_dist_backend(),
-        rank=int(os.environ["RANK"]),
-        world_size=int(os.environ["WORLD_SIZE"]),
-        init_method=os.environ.get("DIST_INIT_METHOD"),
-    )
-
-
-def cpu_share(local_world_size: int) -> int:
-    """Threads for one of ``local_world_size`` worker processes on this host: its share of the usable cores."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, local_world_size))
-
-
-def use_cpu_share() -> None:
-    """Run torch on this worker's share of the host's cores.
-
-    Ray starts each actor with OMP_NUM_THREADS=1 (one CPU bundle per worker): one worker on a 2-core box would leave
-    a core idle, two workers on a 16-core box fourteen. The engines (vLLM's CPU worker included) read torch's
-    thread count when they start, so this runs before anything is built.
-    """
-    threads = cpu_share(int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
-    torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)  # for the processes and libraries that read it later
-    logger.info("using %d CPU threads in this worker", threads)
 
 
 def create_device_mesh(world_size: int, fsdp_size: int):
@@ -308,40 +266,3 @@ def build_fsdp_model(
         cpu_offload=cpu_offload,
         is_lora=lora_config is not None,
     )
-
-
-class OffloadGuard:
-    """Where a trained model's parameters and optimizer state live between calls (``fsdp_config.param_offload`` /
-    ``optimizer_offload``): offloaded to host memory after start-up, brought back for the length of a call."""
-
-    def __init__(self, offload_param: bool, offload_optimizer: bool) -> None:
-        self.offload_param = offload_param
-        self.offload_optimizer = offload_optimizer
-        self.module = self.optimizer = None
-
-    def attach(self, module, optimizer=None) -> None:
-        """Guard ``module`` (and ``optimizer``) and offload them now, as configured."""
-        self.module, self.optimizer = module, optimizer
-        if self.offload_param:
-            offload_fsdp_model_to_cpu(module)
-        self.offload_optimizer_state()
-
-    def offload_optimizer_state(self) -> None:
-        if self.optimizer is not None and self.offload_optimizer:
-            offload_fsdp_optimizer(self.optimizer)
-
-    @contextmanager
-    def resident(self, with_optimizer: bool = False):
-        """The model (and, ``with_optimizer``, its optimizer state) on the device for the block."""
-        optimizer = self.optimizer if with_optimizer and self.offload_optimizer else None
-        if self.offload_param:
-            load_fsdp_model_to_gpu(self.module)
-        if optimizer is not None:
-            load_fsdp_optimizer(optimizer, torch.device(get_device_name()))
-        try:
-            yield
-        finally:
-            if self.offload_param:
-                offload_fsdp_model_to_cpu(self.module)
-            if optimizer is not None:
-                offload_fsdp_optimizer(optimizer)

@@ -1,0 +1,1 @@
+"""Training engines: one model (policy, value or reward) with its optimizer, behind one interface per backend."""

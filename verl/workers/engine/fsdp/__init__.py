@@ -1,0 +1,1 @@
+"""The FSDP/FSDP2 + HF transformers training engine."""
