@@ -28,8 +28,8 @@ from verl.workers.engine.fsdp.setup import (
     build_fsdp_model,
     build_optimizer,
     create_device_mesh,
-    load_pretrained,
 )
+from verl.workers.engine.pretrained import load_pretrained
 
 __all__ = ["PRIMERewardModelWorker"]
 

@@ -45,10 +45,9 @@ from verl.workers.engine.fsdp.setup import (
     build_optimizer,
     create_device_mesh,
     get_sharding_strategy,
-    load_pretrained,
-    policy_auto_class,
     ulysses_sharding_manager,
 )
+from verl.workers.engine.pretrained import load_pretrained, policy_auto_class
 from verl.workers.phase_wrappers import compute_phase, reports_compute_time
 
 logger = logging.getLogger(__name__)
@@ -551,7 +550,8 @@ class RewardModelWorker(Worker, DistProfilerExtension):
     @reports_compute_time
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """``rm_scores`` ``(bs, response_length)``: the model's score at the last valid token, zeros elsewhere."""
-        from verl.workers.reward_model_inputs import score_sequences, switch_chat_template
+        from verl.workers.engine.fsdp.hf_forward import score_sequences
+        from verl.workers.roles.reward_model import switch_chat_template
 
         if self.input_tokenizer is not None:
             inputs = switch_chat_template(data, self.input_tokenizer, self.tokenizer, self.config)
