@@ -60,7 +60,7 @@ def build_worker(args, model_path: str):
 
     import verl.trainer
     from verl.single_controller.base.worker import WorkerHelper
-    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
     overrides = [
         f"actor_rollout_ref.model.path={model_path}",

@@ -46,6 +46,15 @@ class DataParallelPPOActor(PPOActor):
         super().__init__(config, engine)
         self.device = engine.device
 
+    @classmethod
+    def over_engine(cls, config: ActorConfig | RefConfig, engine: FSDPEngine) -> DataParallelPPOActor:
+        """This actor over an engine already built (a worker's), sharing its sequence parallelism and offloading:
+        how a recipe swaps its own actor class in for the worker's."""
+        actor = cls.__new__(cls)
+        PPOActor.__init__(actor, config, engine)
+        actor.device = engine.device
+        return actor
+
     @property
     def actor_module(self) -> nn.Module:
         return self.engine.module

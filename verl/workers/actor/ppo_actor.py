@@ -42,8 +42,8 @@ class PPOActor(BasePPOActor):
         meta_info: ``micro_batch_size``, ``temperature``, ``use_dynamic_bsz``, ``max_token_len`` (dynamic only).
         Returns a tuple (verl's base class documents a tensor; the worker unpacks a tuple).
         """
-        data.meta_info["calculate_entropy"] = calculate_entropy
-        outputs = self.engine.infer(data)
+        meta_info = {**data.meta_info, "calculate_entropy": calculate_entropy}
+        outputs = self.engine.infer(DataProto(data.batch, data.non_tensor_batch, meta_info))
         return outputs["log_probs"], outputs.get("entropys")
 
     def update_policy(self, data: DataProto) -> dict[str, list]:

@@ -73,6 +73,10 @@ def _release_host_memory(device: torch.device) -> None:
         release_freed_host_memory()
 
 
+def _shallow_copy(data: DataProto) -> DataProto:
+    return DataProto(batch=data.batch, non_tensor_batch=data.non_tensor_batch, meta_info=data.meta_info)
+
+
 @register_engine("fsdp", "fsdp2")
 class FSDPEngine(TrainingEngine):
     """A policy, value or reward model under FSDP1/FSDP2 (or a plain module), with its optimizer when trained.
@@ -401,7 +405,7 @@ class FSDPEngine(TrainingEngine):
             return {"scores": scores}
         with self._sequence_parallel() as sp:
             if sp is not None:
-                data = sp.preprocess_data(data)
+                data = sp.preprocess_data(_shallow_copy(data))  # the gather rebinds its batch: not the caller's
             outputs = self._infer(data, use_dynamic_bsz, max_token_len)
             if sp is not None:
                 outputs = dict(sp.postprocess_data(DataProto.from_dict(outputs)).batch.items())
@@ -438,7 +442,7 @@ class FSDPEngine(TrainingEngine):
     def training(self, data: DataProto) -> Iterator[DataProto]:
         with self._sequence_parallel() as sp, self._training_attention():
             if sp is not None:
-                data = sp.preprocess_data(data)
+                data = sp.preprocess_data(_shallow_copy(data))
             self._module.train()
             yield data
 

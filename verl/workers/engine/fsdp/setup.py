@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 from verl.utils.device import get_device_name, is_accelerator_available
 from verl.utils.fsdp_utils import (
     get_init_weight_context_manager,
-    get_sharding_strategy,  # noqa: F401 (re-export)
 )
 from verl.utils.torch_dtypes import PrecisionType
 from verl.workers.config import FSDPConfig, OptimConfig
