@@ -4,14 +4,8 @@ import pytest
 import torch
 
 import verl.workers.engine.micro_batches as mb
+from tests.workers.engine.fsdp.test_hf_forward import _padded
 from verl.protocol import DataProto
-from verl.utils.model import compute_position_id_with_mask
-
-
-def _padded(bs=4, seqlen=7):
-    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0], [0, 1, 1, 1, 0, 0, 0]])
-    ids = torch.arange(bs * seqlen).view(bs, seqlen) * mask
-    return ids, mask, compute_position_id_with_mask(mask)
 
 
 def test_static_and_dynamic_micro_batches_restore_order():
