@@ -58,7 +58,7 @@ class PPOActor(BasePPOActor):
         the gradient that of ``-A * log_prob``). That saves the separate log-prob pass; ``actor/entropy`` is then
         measured here.
         """
-        if getattr(self.engine, "optimizer", None) is None:
+        if not self.engine.trainable:
             raise RuntimeError("update_policy needs an optimizer: this actor was built as a reference policy")
         with self.engine.training(data) as data:
             return self._update_policy(data)

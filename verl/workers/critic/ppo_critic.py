@@ -46,7 +46,7 @@ class PPOCritic(BasePPOCritic):
 
         batch: ``input_ids, responses, attention_mask, position_ids, values, returns`` (each ``(bs, ...)``).
         """
-        if getattr(self.engine, "optimizer", None) is None:
+        if not self.engine.trainable:
             raise RuntimeError("update_critic needs an optimizer (critic_optimizer is None)")
         with self.engine.training(data) as data:
             return self._update_critic(data)

@@ -59,6 +59,11 @@ class TrainingEngine(ABC):
 
     @property
     @abstractmethod
+    def trainable(self) -> bool:
+        """Whether the engine has an optimizer (actor, critic), or is a frozen model (rollout, ref, reward model)."""
+
+    @property
+    @abstractmethod
     def module(self) -> torch.nn.Module:
         """The model itself: the HF rollout samples from it, a LoRA policy switches its adapters off on it."""
 

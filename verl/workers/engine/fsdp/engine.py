@@ -230,6 +230,10 @@ class FSDPEngine(TrainingEngine):
         return engine
 
     @property
+    def trainable(self) -> bool:
+        return self.optimizer is not None
+
+    @property
     def module(self) -> nn.Module:
         return self._module
 
