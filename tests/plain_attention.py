@@ -4,7 +4,7 @@ import contextlib
 
 import torch
 
-import verl.utils.cpu_attention as cpu_attention_module
+import verl.workers.engine.fsdp.cpu_attention as cpu_attention_module
 
 
 def bf16_update_through_both_forms(monkeypatch, build_model, build_engine, run_update) -> tuple[int, float]:
@@ -24,7 +24,7 @@ def bf16_update_through_both_forms(monkeypatch, build_model, build_engine, run_u
         engine = build_engine(model)
         if through_sdpa:
             calls = len(taken)
-            monkeypatch.setattr(engine, "_training_attention", contextlib.nullcontext)
+            monkeypatch.setattr(engine.engine, "_training_attention", contextlib.nullcontext)
         run_update(engine)
         assert model.config._attn_implementation == "sdpa"  # switched back after the update
         steps.append(torch.cat([(v.float() - base[k].float()).flatten() for k, v in model.state_dict().items()]))

@@ -12,8 +12,9 @@ import torch.distributed as dist
 from recipe.prime.prime_config import PrimeRewardModelSettings
 from recipe.prime.prime_core_algos import compute_ce_loss_rm, compute_dpo_loss_rm, last_token_mask
 from verl.protocol import DataProto
-from verl.utils.micro_batch import append_metrics, make_micro_batches, optimizer_step, to_device, to_float
 from verl.workers.actor import DataParallelPPOActor
+from verl.workers.engine.fsdp.hf_forward import optimizer_step
+from verl.workers.engine.micro_batches import append_metrics, make_micro_batches, to_device, to_float
 
 __all__ = ["DataParallelPRIMERewardModel", "implicit_rewards"]
 

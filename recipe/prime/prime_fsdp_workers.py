@@ -1,7 +1,8 @@
 """The PRIME reward-model worker: a trainable implicit PRM (a causal LM) and its frozen reference, under FSDP.
 
-Built with the project's single model builder (`fsdp_setup.load_pretrained` / `build_fsdp_model`); its methods are
-dispatched with ``@register`` like the other workers'. ``config`` is the ``reward_model`` section.
+Built with the project's single model builder (``verl.workers.engine.fsdp.setup``: ``load_pretrained`` /
+``build_fsdp_model``); its methods are dispatched with ``@register`` like the other workers'. ``config`` is the
+``reward_model`` section.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from verl.trainer.config import ActorConfig, RefConfig, RewardModelConfig
 from verl.trainer.config.batch_sizes import normalize_reward_model_micro_batch_size
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension
+from verl.utils.distributed import init_distributed
 from verl.utils.import_utils import import_external_libs
-from verl.workers.fsdp_setup import (
+from verl.workers.engine.fsdp.offload import OffloadGuard
+from verl.workers.engine.fsdp.setup import (
     build_fsdp_model,
     build_optimizer,
     create_device_mesh,
-    init_distributed,
-    load_pretrained,
 )
-from verl.workers.fsdp_workers import OffloadGuard
+from verl.workers.engine.pretrained import load_pretrained
 
 __all__ = ["PRIMERewardModelWorker"]
 

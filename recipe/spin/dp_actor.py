@@ -11,8 +11,8 @@ import torch.distributed as dist
 
 from recipe.spin.core_algos import compute_online_dpo_loss, sequence_log_probs
 from verl.protocol import DataProto
-from verl.utils.micro_batch import append_metrics, to_device, to_float
 from verl.workers.actor.dp_actor import DataParallelPPOActor
+from verl.workers.engine.micro_batches import append_metrics, to_device, to_float
 
 __all__ = ["SPINDataParallelPPOActor"]
 
@@ -38,10 +38,13 @@ class SPINDataParallelPPOActor(DataParallelPPOActor):
         """
         if self.actor_optimizer is None:
             raise RuntimeError("update_policy needs an optimizer: this actor was built as a reference policy")
+        with self.engine.training(data) as data:
+            return self._update_dpo(data)
+
+    def _update_dpo(self, data: DataProto) -> dict[str, list]:
         cfg = self.config
         if len(data) % 2:
             raise ValueError(f"the DPO batch must hold (chosen, rejected) row pairs; got {len(data)} rows")
-        self.actor_module.train()
         temperature = data.meta_info["temperature"]
         num_pairs = data.meta_info["num_pairs"]
         scale = _dp_world_size() / num_pairs

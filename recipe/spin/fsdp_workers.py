@@ -10,7 +10,7 @@ import torch
 
 from recipe.spin.dp_actor import SPINDataParallelPPOActor
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.workers.fsdp_workers import ActorRolloutRefWorker
+from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
 __all__ = ["SPINActorRolloutRefWorker", "copy_module_weights"]
 
@@ -57,11 +57,11 @@ class SPINActorRolloutRefWorker(ActorRolloutRefWorker):
         """Build actor, rollout and reference as the PPO worker does, then swap in the DPO actor."""
         super().init_model()
         if self._is_actor:
-            self.actor = SPINDataParallelPPOActor(self.config.actor, self.actor_module, self.actor_optimizer)
+            self.actor = SPINDataParallelPPOActor.over_engine(self.config.actor, self.actor_engine)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_reference_policy(self) -> int:
         """Make the reference the current actor (SPIN's self-play refresh); returns the tensors copied."""
         assert self._is_actor and self._is_ref, f"the refresh needs actor and reference, this worker is {self.role!r}"
-        with self.offload.resident():
-            return copy_module_weights(self.actor_module, self.ref_policy.actor_module)
+        with self.actor_engine.resident():
+            return copy_module_weights(self.actor_engine.module, self.ref_engine.module)

@@ -8,7 +8,7 @@ registered loss inside every worker process.
 from __future__ import annotations
 
 from recipe.sppo import sppo_core  # noqa: F401  (registers the "sppo" policy loss in this process)
-from verl.workers.fsdp_workers import ActorRolloutRefWorker
+from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
 __all__ = ["SPPOActorRolloutRefWorker"]
 

@@ -60,7 +60,7 @@ def build_worker(args, model_path: str):
 
     import verl.trainer
     from verl.single_controller.base.worker import WorkerHelper
-    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
     overrides = [
         f"actor_rollout_ref.model.path={model_path}",
@@ -146,7 +146,7 @@ def run(args) -> list[dict]:
     from verl.demo.tiny_model import make_tiny_model_dir
     from verl.utils.device import get_device_name
     from verl.utils.flops_counter import FlopsCounter, get_device_flops
-    from verl.workers.fsdp_setup import attn_implementation
+    from verl.workers.engine.fsdp.setup import attn_implementation
 
     shape = TINY if args.tiny else QWEN25_05B
     with tempfile.TemporaryDirectory() as tmp:

@@ -71,7 +71,7 @@ def main() -> None:
     from vllm.lora.request import LoRARequest
 
     from verl.demo.tiny_model import make_tiny_model_dir
-    from verl.workers.fsdp_setup import apply_lora
+    from verl.workers.engine.fsdp.setup import apply_lora
     from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 
     torch.set_num_threads(os.cpu_count() or 1)

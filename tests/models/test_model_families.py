@@ -117,7 +117,7 @@ def _actor_model(path: str):
     """The HF model as the FSDP workers load it (their attention implementation, float32 on CPU)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from verl.workers.fsdp_setup import load_hf_model
+    from verl.workers.engine.fsdp.setup import load_hf_model
 
     config = AutoConfig.from_pretrained(path)
     return load_hf_model(AutoModelForCausalLM, path, config, torch.float32, False, None).eval()

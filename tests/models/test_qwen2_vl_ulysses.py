@@ -40,8 +40,8 @@ def _log_probs_and_grads(model_dir: str, data_dir: str, sp: int):
     from transformers import AutoModelForImageTextToText
 
     from verl.models.transformers.monkey_patch import apply_monkey_patch
-    from verl.utils.micro_batch import to_device
     from verl.workers.actor import DataParallelPPOActor
+    from verl.workers.engine.micro_batches import to_device
 
     model = AutoModelForImageTextToText.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32)
     apply_monkey_patch(model, ulysses_sp_size=sp, use_remove_padding=True)

@@ -45,7 +45,7 @@ def test_worker_environment(group):
     assert [e["RANK"] for e in envs] == ["0", "1"]
     assert all(e["WORLD_SIZE"] == "2" and e["WG_BACKEND"] == "ray" for e in envs)
     assert {e["RAY_LOCAL_RANK"] for e in envs} == {"0", "1"} and {e["RAY_LOCAL_WORLD_SIZE"] for e in envs} == {"2"}
-    # the worker reads its host placement as LOCAL_*: a CPU worker's share of the cores (fsdp_setup.cpu_share) and
+    # the worker reads its host placement as LOCAL_*: a CPU worker's share of the cores (distributed.cpu_share) and
     # the number of engines on the host come from it; "1" made each of two workers take every core
     assert {e["LOCAL_RANK"] for e in envs} == {"0", "1"} and {e["LOCAL_WORLD_SIZE"] for e in envs} == {"2"}
     assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"] == group.master_port

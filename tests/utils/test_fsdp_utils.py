@@ -163,15 +163,15 @@ def test_cpu_workers_share_the_hosts_cores(monkeypatch):
 
     import torch
 
-    from verl.workers import fsdp_setup
+    from verl.utils import distributed
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert [fsdp_setup.cpu_share(n) for n in (1, 2, 3, 32)] == [16, 8, 5, 1]
+    assert [distributed.cpu_share(n) for n in (1, 2, 3, 32)] == [16, 8, 5, 1]
     before = torch.get_num_threads()
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     try:
-        fsdp_setup.use_cpu_share()
+        distributed.use_cpu_share()
         assert torch.get_num_threads() == 2 and os.environ["OMP_NUM_THREADS"] == "2"
     finally:
         torch.set_num_threads(before)

@@ -82,7 +82,7 @@ def worker_config(args):
 
 def build_worker(args):
     from verl.single_controller.base.worker import WorkerHelper
-    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
     os.environ.update(
         RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
@@ -103,7 +103,8 @@ def where_state_lives(worker) -> dict:
     from verl.utils.device import get_torch_device, is_accelerator_available
 
     params = list(worker.actor_module.parameters())
-    optim = [v for s in worker.actor_optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
+    state = worker.actor_engine.optimizer.state.values()
+    optim = [v for s in state for v in s.values() if torch.is_tensor(v) and v.dim()]
     allocated = get_torch_device().memory_allocated() if is_accelerator_available() else 0
     return {"param_devices": _devices(params), "optim_devices": _devices(optim), "allocated_bytes": allocated}
 

@@ -79,7 +79,8 @@ def _steps(rank: int, sp: int, model: str, critic: str, inputs: dict | None) -> 
     ``inputs``: the old and reference log-probs the update reads (None: this run's own).
     """
     from verl import DataProto
-    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
+    from verl.workers.roles.critic import CriticWorker
 
     world = dist.get_world_size()
     actor_cfg, critic_cfg = _configs(model, critic, sp)

@@ -30,13 +30,18 @@ from verl.trainer.config.sft import SFTConfig, SFTDataConfig
 from verl.utils.device import get_device_name, is_accelerator_available
 from verl.utils.distributed import destroy_global_process_group, initialize_global_process_group
 from verl.utils.fsdp_utils import clip_grad_norm_, get_fsdp_full_state_dict, wrap_model_for_training
-from verl.utils.micro_batch import autocast_context, compute_device, pack_padded_inputs, packed_forward_kwargs
 from verl.utils.torch_functional import get_cosine_schedule_with_warmup, get_wsd_schedule_with_warmup
 from verl.utils.ulysses import (
     gather_outpus_and_unpad,
     get_ulysses_sequence_parallel_group,
     set_ulysses_sequence_parallel_group,
     ulysses_pad_and_slice_inputs,
+)
+from verl.workers.engine.fsdp.hf_forward import (
+    autocast_context,
+    compute_device,
+    pack_padded_inputs,
+    packed_forward_kwargs,
 )
 
 logger = logging.getLogger(__name__)
@@ -208,7 +213,7 @@ class FSDPSFTTrainer:
         from verl.utils.fs import copy_to_local
         from verl.utils.import_utils import import_external_libs
         from verl.utils.torch_dtypes import PrecisionType
-        from verl.workers.fsdp_setup import apply_lora, load_hf_model
+        from verl.workers.engine.fsdp.setup import apply_lora, load_hf_model
 
         model_cfg = self.config.model
         resume_path = self.config.trainer.resume_path

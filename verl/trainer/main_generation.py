@@ -132,7 +132,7 @@ def _chats(dataset: pd.DataFrame, prompt_key: str) -> list:
 
 def _worker_group(config, worker_config: DictConfig, worker_group_cls):
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
     device = config.trainer.device
     pool = RayResourcePool(

@@ -104,7 +104,8 @@ def worker_classes(config):
     strategy = config.actor_rollout_ref.actor.strategy
     if strategy in ("fsdp", "fsdp2"):
         from verl.single_controller.ray import RayWorkerGroup
-        from verl.workers.fsdp_workers import ActorRolloutRefWorker, AsyncActorRolloutRefWorker, CriticWorker
+        from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker, AsyncActorRolloutRefWorker
+        from verl.workers.roles.critic import CriticWorker
 
         async_mode = config.actor_rollout_ref.rollout.mode == "async"
         actor_cls = AsyncActorRolloutRefWorker if async_mode else ActorRolloutRefWorker
@@ -143,7 +144,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
     pool = "global_pool"
     mapping = {Role.ActorRollout: pool, Role.Critic: pool}
     if typed.reward_model.enable:
-        from verl.workers.fsdp_workers import RewardModelWorker
+        from verl.workers.roles.reward_model import RewardModelWorker
 
         role_worker_mapping[Role.RewardModel] = ray_actor_class(reward_model_cls or RewardModelWorker)
         mapping[Role.RewardModel] = pool

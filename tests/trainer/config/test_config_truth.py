@@ -84,9 +84,6 @@ NOT_READ_HERE: dict[str, str] = {
     f"{REF}.fsdp_config.forward_prefetch": _FSDP1,
     # FINDING left open: the reference is always CPU-offloaded
     f"{REF}.fsdp_config.param_offload": "FINDING: False is not honoured, the reference is always offloaded",
-    f"{REF}.entropy_checkpointing": "the reference runs no backward: nothing to recompute (as in verl)",
-    f"{A}.entropy_checkpointing": "with entropy_coeff != 0, the only entropy a backward runs through; the runs here "
-    "keep the default 0 (test_dp_actor::test_entropy_checkpointing_recomputes_the_differentiated_entropy_only)",
     f"{R}.use_fire_sampling": _REFUSED,
     f"{R}.multi_stage_wake_up": _REFUSED,
     f"{R}.engine_kwargs.sglang": "rollout.name=sglang, refused where sglang is not installed (_check_rollout)",

@@ -82,13 +82,13 @@ def test_check_ppo_config_reports_a_wrong_type_as_a_config_error():
 def test_workers_take_a_private_typed_copy():
     """The in-process group hands the trainer's own section object to the worker, which rewrites batch sizes to
     per-rank values: the worker must work on a copy, typed whatever the recipe passed."""
-    from verl.workers.fsdp_workers import _typed
+    from verl.workers.roles.base import typed_section
 
     section = PPOConfig.from_config(_compose()).actor_rollout_ref
-    copy = _typed(section, ActorRolloutRefConfig)
+    copy = typed_section(section, ActorRolloutRefConfig)
     copy.actor.ppo_mini_batch_size = 1
     assert section.actor.ppo_mini_batch_size == 32 and copy is not section
-    from_dict = _typed(_compose().actor_rollout_ref, ActorRolloutRefConfig)
+    from_dict = typed_section(_compose().actor_rollout_ref, ActorRolloutRefConfig)
     assert isinstance(from_dict, ActorRolloutRefConfig) and from_dict == section
 
 

@@ -122,8 +122,8 @@ def test_use_torch_compile_compiles_the_entropy_and_changes_no_value():
     model = tiny_lm()
     eager = DataParallelPPOActor(actor_config(), model)
     compiled = DataParallelPPOActor(actor_config(use_torch_compile=True, entropy_coeff=0.01), model)
-    assert hasattr(compiled._entropy_fn, "_torchdynamo_orig_callable")  # what use_torch_compile=True changes
-    assert not hasattr(eager._entropy_fn, "_torchdynamo_orig_callable")
+    assert hasattr(compiled.engine._entropy_fn, "_torchdynamo_orig_callable")  # what use_torch_compile=True changes
+    assert not hasattr(eager.engine._entropy_fn, "_torchdynamo_orig_callable")
     data = log_prob_meta(rollout_batch())
     for with_grad in (False, True):  # the metric pass, and the update's pass that backpropagates through it
         with torch.set_grad_enabled(with_grad):
@@ -370,13 +370,13 @@ def test_columns_of_padding_in_every_row_are_trimmed_without_changing_results():
 
 
 def test_cpu_micro_batches_hand_freed_memory_back_between_forward_and_backward(monkeypatch):
-    """On CPU the actor trims glibc's heaps after each log-prob micro batch, and before and after each backward,
-    so one micro batch's freed tensors do not stay resident beside the next allocations (the effect itself:
+    """On CPU the actor's engine trims glibc's heaps after each log-prob micro batch, and before and after each
+    backward, so one micro batch's freed tensors do not stay resident beside the next allocations (the effect itself:
     tests/utils/test_host_memory.py)."""
-    import verl.workers.actor.dp_actor as dp_actor
+    import verl.workers.engine.fsdp.engine as fsdp_engine
 
     calls = []
-    monkeypatch.setattr(dp_actor, "release_freed_host_memory", lambda: calls.append(1))
+    monkeypatch.setattr(fsdp_engine, "release_freed_host_memory", lambda: calls.append(1))
     model = tiny_lm()
     actor = DataParallelPPOActor(actor_config(), model, torch.optim.SGD(model.parameters(), lr=0.1))
     actor.compute_log_prob(log_prob_meta(rollout_batch(), micro_batch_size=2))

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from verl.demo.tiny_model import make_tiny_model_dir
-from verl.workers.fsdp_setup import apply_lora
+from verl.workers.engine.fsdp.setup import apply_lora
 from verl.workers.sharding_manager.lora_merge import lora_scalings, merge_lora_stream, strip_peft_prefix
 
 DIMS = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256}

@@ -132,7 +132,7 @@ def generation_inputs(model_config, input_ids: torch.Tensor, multi_modal_inputs)
     """Extra ``generate`` kwargs for a batch of Qwen-VL prompts: the rows' processor outputs merged
     (``pixel_values``, ``image_grid_thw``, ...) and ``mm_token_type_ids``, from which ``generate`` derives the same 3-D
     positions as :func:`get_rope_index`. input_ids ``(bs, prompt_len)``; multi_modal_inputs: one dict per row."""
-    from verl.utils.micro_batch import merge_multi_modal_inputs
+    from verl.utils.dataset.vision_utils import merge_multi_modal_inputs
 
     kwargs = merge_multi_modal_inputs({"multi_modal_inputs": multi_modal_inputs})
     kwargs = {key: value.to(input_ids.device) for key, value in kwargs.items()}

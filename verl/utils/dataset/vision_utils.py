@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from io import BytesIO
 
-__all__ = ["process_image", "process_video"]
+__all__ = ["merge_multi_modal_inputs", "process_image", "process_video"]
 
 
 def process_image(image):
@@ -44,3 +44,15 @@ def process_video(video, nframes=None, fps=None, fps_min_frames=None, fps_max_fr
         if value is not None:
             video[key] = value
     return fetch_video(video)
+
+
+def merge_multi_modal_inputs(micro_batch: dict) -> dict:
+    """Concatenate the per-row ``multi_modal_inputs`` dicts along dim 0 into model kwargs ({} when absent)."""
+    rows = micro_batch.get("multi_modal_inputs")
+    if rows is None or len(rows) == 0:
+        return {}
+    # rows of a vision-language batch may differ in keys (a text-only row has no pixel_values): merge what is there
+    import torch
+
+    keys = dict.fromkeys(key for row in rows for key in row)
+    return {key: torch.cat([row[key] for row in rows if key in row], dim=0) for key in keys}

@@ -15,8 +15,8 @@ from verl.protocol import DataProto
 from verl.trainer.config import RolloutConfig
 from verl.utils.device import get_torch_device, is_accelerator_available
 from verl.utils.fsdp_utils import fsdp2_full_params, fsdp_version
-from verl.utils.micro_batch import autocast_context
 from verl.utils.torch_functional import get_response_mask
+from verl.workers.engine.fsdp.hf_forward import autocast_context
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 
 __all__ = ["HFRollout", "build_rollout_output", "weights_cast_to"]
@@ -99,8 +99,8 @@ class HFRollout(BaseRollout):
         On CPU the weights decode in ``rollout.dtype`` (bf16 by default) where the CPU computes bf16 natively, as the
         vLLM rollout does: decoding reads every weight once per token, and half-size weights run about 1.5x faster.
         The trainer recomputes log-probs with the training weights, so only the samples see bf16 rounding. Decode
-        steps attend with :func:`~verl.utils.cpu_attention.cpu_attention_forward` (sdpa's CPU kernel is slow
-        for one query row)."""
+        steps attend with :func:`~verl.workers.engine.fsdp.cpu_attention.cpu_attention_forward` (sdpa's CPU kernel
+        is slow for one query row)."""
         with contextlib.ExitStack() as stack:
             version = fsdp_version(self.module)
             if version == 1:
@@ -111,7 +111,7 @@ class HFRollout(BaseRollout):
             elif version == 2:
                 stack.enter_context(fsdp2_full_params(self.module))
             if not is_accelerator_available():
-                from verl.utils.cpu_attention import cpu_attention
+                from verl.workers.engine.fsdp.cpu_attention import cpu_attention
                 from verl.workers.rollout.vllm_cpu import cpu_rollout_dtype
 
                 stack.enter_context(cpu_attention(self.module))

@@ -169,7 +169,7 @@ def check_fused_head_model(config, text_config) -> None:
     before Ray, since the fused head computes plain ``hidden @ weight.T``. ``text_config``: the policy's config."""
     if not config.actor_rollout_ref.model.use_fused_kernels:
         return
-    from verl.utils.fused_logprobs import logit_transform_reason
+    from verl.workers.engine.fsdp.fused_head import logit_transform_reason
 
     reason = logit_transform_reason(text_config)
     if reason is not None:

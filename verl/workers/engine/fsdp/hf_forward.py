@@ -1,4 +1,5 @@
-"""Micro-batching and sequence packing shared by the data-parallel actor, critic and reward model.
+"""The HF model forward of the FSDP engine: sequence packing ("remove padding"), trimmed padded forwards, Ulysses
+slices, the compute device and precision, and the clipped optimizer step.
 
 Packing ("remove padding") concatenates the valid tokens of every row into one ``(1, total_tokens)`` row whose
 position ids restart at 0 for each sequence; attention must then stay inside each sequence. Recent transformers
@@ -10,17 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import itertools
 import logging
 
-import numpy as np
 import torch
 import torch.nn as nn
+from tensordict import TensorDict
 
-from verl.protocol import DataProto
 from verl.utils.device import get_device_id, get_device_name, is_accelerator_available
 from verl.utils.fsdp_utils import clip_grad_norm_
-from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 
 try:  # transformers >= 4.53 detects packed sequences from position ids for every attention implementation
     from transformers.masking_utils import find_packed_sequence_indices as _hf_packed_detection
@@ -30,91 +28,18 @@ except ImportError:  # pragma: no cover - depends on the installed transformers
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "padded_forward",
-    "trim_padding_columns",
-    "append_metrics",
     "autocast_context",
     "compute_device",
-    "gradient_accumulation_steps",
+    "gather_sequence_parallel",
     "optimizer_step",
-    "make_micro_batches",
     "pack_padded_inputs",
     "packed_forward_kwargs",
-    "restore_order",
-    "to_device",
-    "to_float",
-    "unpack_to_padded",
-    "gather_sequence_parallel",
+    "padded_forward",
+    "score_sequences",
     "slice_for_sequence_parallel",
+    "trim_padding_columns",
+    "unpack_to_padded",
 ]
-
-
-def make_micro_batches(
-    data: DataProto,
-    select_keys: list[str],
-    micro_batch_size: int | None,
-    use_dynamic_bsz: bool,
-    max_token_len: int | None = None,
-) -> tuple[list[dict], list[list[int]] | None]:
-    """Split ``data`` into micro batches (dicts of tensors, plus ``multi_modal_inputs`` when present).
-
-    Static: consecutive chunks of ``micro_batch_size`` rows. Dynamic: token-budget micro batches of at most
-    ``max_token_len`` valid tokens (``rearrange_micro_batches``); the second return value then lists each micro
-    batch's row indices so the caller can restore the order with :func:`restore_order`, else it is None.
-    """
-    batch = data.select(batch_keys=select_keys).batch
-    if use_dynamic_bsz:
-        if max_token_len is None:
-            raise ValueError("use_dynamic_bsz=True needs max_token_len (the *_max_token_len_per_gpu setting)")
-        tds, partitions = rearrange_micro_batches(batch=batch, max_token_len=max_token_len)
-    else:
-        if not micro_batch_size or micro_batch_size <= 0:
-            raise ValueError(
-                f"micro_batch_size={micro_batch_size!r}: expected a positive int (*_micro_batch_size_per_gpu)"
-            )
-        tds = batch.split(micro_batch_size)
-        starts = range(0, len(data), micro_batch_size)
-        partitions = [list(range(s, min(s + micro_batch_size, len(data)))) for s in starts]
-    micro_batches = [dict(td.items()) for td in tds]
-    mm = data.non_tensor_batch.get("multi_modal_inputs") if data.non_tensor_batch else None
-    if mm is not None:
-        for mb, rows in zip(micro_batches, partitions):
-            mb["multi_modal_inputs"] = mm[np.asarray(rows, dtype=np.int64)]
-    return micro_batches, (partitions if use_dynamic_bsz else None)
-
-
-def gradient_accumulation_steps(mini_batch_size: int, micro_batch_size: int | None, section: str) -> int:
-    """``mini // micro`` for static micro-batching; the loss of each micro batch is divided by it, so a
-    non-divisible pair would silently mis-scale the gradient (verl's worker asserts the same)."""
-    if not micro_batch_size or micro_batch_size <= 0 or mini_batch_size % micro_batch_size != 0:
-        raise ValueError(
-            f"{section}.ppo_mini_batch_size={mini_batch_size} (per GPU) must be a positive multiple of "
-            f"{section}.ppo_micro_batch_size_per_gpu={micro_batch_size}"
-        )
-    return mini_batch_size // micro_batch_size
-
-
-def restore_order(tensor: torch.Tensor, partitions: list[list[int]] | None) -> torch.Tensor:
-    """Undo the dynamic-batching permutation of a concatenated result (identity when ``partitions`` is None)."""
-    if partitions is None:
-        return tensor
-    order = list(itertools.chain.from_iterable(partitions))
-    return tensor[torch.tensor(get_reverse_idx(order), dtype=torch.long, device=tensor.device)]
-
-
-def to_device(micro_batch: dict, device) -> dict:
-    """Move the tensors of a micro batch to ``device`` (non-tensors untouched)."""
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in micro_batch.items()}
-
-
-def merge_multi_modal_inputs(micro_batch: dict) -> dict:
-    """Concatenate the per-row ``multi_modal_inputs`` dicts along dim 0 into model kwargs ({} when absent)."""
-    rows = micro_batch.get("multi_modal_inputs")
-    if rows is None or len(rows) == 0:
-        return {}
-    # rows of a vision-language batch may differ in keys (a text-only row has no pixel_values): merge what is there
-    keys = dict.fromkeys(key for row in rows for key in row)
-    return {key: torch.cat([row[key] for row in rows if key in row], dim=0) for key in keys}
 
 
 def trim_padding_columns(
@@ -301,12 +226,31 @@ def optimizer_step(module: nn.Module, optimizer: torch.optim.Optimizer, grad_cli
     return grad_norm
 
 
-def append_metrics(metrics: dict[str, list], new: dict[str, float]) -> None:
-    """Append each value of ``new`` to the list under the same key in ``metrics``."""
-    for key, value in new.items():
-        metrics.setdefault(key, []).append(value)
+@torch.no_grad()
+def score_sequences(
+    module, inputs: TensorDict, micro_batch_size: int, max_token_len: int | None = None
+) -> torch.Tensor:
+    """One score per row: the model's logit at the row's last valid token. Returns ``(bs,)`` float32.
 
+    ``max_token_len`` (``reward_model.use_dynamic_bsz``): micro batches of at most that many real tokens instead of
+    ``micro_batch_size`` rows; the scores come back in the rows' order.
+    """
+    if max_token_len is not None:
+        from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 
-def to_float(x) -> float:
-    """A python float from a 0-d tensor or a number."""
-    return x.detach().item() if isinstance(x, torch.Tensor) else float(x)
+        micro_batches, partitions = rearrange_micro_batches(inputs, max_token_len)
+        scores = torch.cat([score_sequences(module, mb, len(mb)) for mb in micro_batches])
+        return scores[torch.tensor(get_reverse_idx([i for p in partitions for i in p]))]
+    module.eval()
+    device = next(module.parameters()).device
+    scores = []
+    for start in range(0, inputs.batch_size[0], micro_batch_size):
+        chunk = inputs[start : start + micro_batch_size]
+        attention_mask = chunk["attention_mask"].to(device)
+        position_ids = chunk["position_ids"].to(device)
+        logits = module(
+            input_ids=chunk["input_ids"].to(device), attention_mask=attention_mask, position_ids=position_ids
+        ).logits.squeeze(-1)
+        last = torch.argmax(position_ids * attention_mask, dim=-1)
+        scores.append(logits[torch.arange(logits.shape[0], device=device), last].float().cpu())
+    return torch.cat(scores)

@@ -4,12 +4,14 @@ import os
 
 import pytest
 
-import verl.workers.phase_wrappers as phase_wrappers
+import verl.workers.roles.phases as phases
 from verl import DataProto
 from verl.single_controller.base.decorator import MAGIC_ATTR, Dispatch, register
 from verl.utils.debug import DistProfiler, DistProfilerExtension, ProfilerConfig
-from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
-from verl.workers.phase_wrappers import compute_phase, is_compute_phase, reports_compute_time
+from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
+from verl.workers.roles.critic import CriticWorker
+from verl.workers.roles.phases import compute_phase, is_compute_phase, reports_compute_time
+from verl.workers.roles.reward_model import RewardModelWorker
 
 
 class _Worker(DistProfilerExtension):
@@ -49,8 +51,8 @@ def test_a_step_capture_names_the_phase(tmp_path):
 
 def test_a_phase_hands_freed_host_memory_back_on_cpu_even_when_it_raises(monkeypatch):
     released = []
-    monkeypatch.setattr(phase_wrappers, "is_accelerator_available", lambda: False)
-    monkeypatch.setattr(phase_wrappers, "release_freed_host_memory", lambda: released.append(1))
+    monkeypatch.setattr(phases, "is_accelerator_available", lambda: False)
+    monkeypatch.setattr(phases, "release_freed_host_memory", lambda: released.append(1))
 
     class Failing(_Worker):
         @compute_phase

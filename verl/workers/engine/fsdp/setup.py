@@ -1,70 +1,28 @@
-"""Building blocks the FSDP workers share: process group, device meshes, HF model loading, LoRA, optimizer, offload.
+"""Building the FSDP engine's parts: device meshes, HF model loading, LoRA, FSDP1/FSDP2 wrapping, optimizer and LR
+scheduler.
 
-`load_pretrained` and `build_fsdp_model` are the one path by which actor, reference, critic and reward model get
-their tokenizer, HF config and FSDP-wrapped module; the roles differ only in the arguments they pass.
+``build_fsdp_model`` is the one path by which actor, reference, critic and reward model get their FSDP-wrapped
+module (from :func:`verl.workers.engine.pretrained.load_pretrained`'s files); the roles differ only in the arguments
+they pass.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from verl.trainer.config import FSDPConfig, OptimConfig
-from verl.utils.device import get_device_name, get_dist_backend, is_accelerator_available
+from verl.utils.device import get_device_name, is_accelerator_available
 from verl.utils.fsdp_utils import (
     get_init_weight_context_manager,
-    get_sharding_strategy,  # noqa: F401 (re-export)
-    load_fsdp_model_to_gpu,
-    load_fsdp_optimizer,
-    offload_fsdp_model_to_cpu,
-    offload_fsdp_optimizer,
 )
 from verl.utils.torch_dtypes import PrecisionType
+from verl.workers.engine.pretrained import PretrainedFiles
 
 logger = logging.getLogger(__name__)
-
-
-def init_distributed() -> None:
-    """Join the worker group's torch.distributed group (env:// rendezvous), once per process; on a CPU-only host,
-    also give this worker its share of the host's cores."""
-    if dist.is_initialized():
-        return
-    if not is_accelerator_available():
-        use_cpu_share()
-    dist.init_process_group(
-        backend=get_dist_backend(),
-        rank=int(os.environ["RANK"]),
-        world_size=int(os.environ["WORLD_SIZE"]),
-        init_method=os.environ.get("DIST_INIT_METHOD"),
-    )
-
-
-def cpu_share(local_world_size: int) -> int:
-    """Threads for one of ``local_world_size`` worker processes on this host: its share of the usable cores."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, local_world_size))
-
-
-def use_cpu_share() -> None:
-    """Run torch on this worker's share of the host's cores.
-
-    Ray starts each actor with OMP_NUM_THREADS=1 (one CPU bundle per worker): one worker on a 2-core box would leave
-    a core idle, two workers on a 16-core box fourteen. The engines (vLLM's CPU worker included) read torch's
-    thread count when they start, so this runs before anything is built.
-    """
-    threads = cpu_share(int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
-    torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)  # for the processes and libraries that read it later
-    logger.info("using %d CPU threads in this worker", threads)
 
 
 def create_device_mesh(world_size: int, fsdp_size: int):
@@ -124,25 +82,6 @@ def attn_implementation(hf_config=None) -> str:
     if getattr(text_config, "attn_logit_softcapping", None):
         return "eager"
     return "sdpa"
-
-
-def load_hf_config(local_path: str, tokenizer, override_config, trust_remote_code: bool, **extra):
-    """The model config with the tokenizer's special-token ids and the user's ``override_config`` applied."""
-    from transformers import AutoConfig
-
-    from verl.utils.model import update_model_config
-
-    hf_config = AutoConfig.from_pretrained(local_path, trust_remote_code=trust_remote_code, **extra)
-    overrides = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    if override_config:
-        is_omega = isinstance(override_config, DictConfig)
-        overrides.update(OmegaConf.to_container(override_config) if is_omega else dict(override_config))
-    update_model_config(hf_config, overrides)
-    return hf_config
 
 
 def load_hf_model(auto_cls, local_path: str, hf_config, dtype: torch.dtype, trust_remote_code: bool, mesh):
@@ -209,62 +148,6 @@ def build_optimizer(module: torch.nn.Module, optim_config: OptimConfig):
     return optimizer, scheduler
 
 
-@dataclass
-class PretrainedFiles:
-    """A model's local folder, its tokenizer, its (overridden) HF config and, for a vision-language model, its
-    processor."""
-
-    local_path: str
-    tokenizer: object
-    hf_config: object
-    processor: object = None
-
-
-def policy_auto_class(hf_config):
-    """The transformers Auto class that loads a policy with an LM head: image-text-to-text (vision-to-sequence on
-    older releases) for a model with a vision tower, causal LM otherwise."""
-    import transformers
-
-    from verl.utils.vlm_processor import is_vision_language_config
-
-    if is_vision_language_config(hf_config):
-        return getattr(transformers, "AutoModelForImageTextToText", None) or transformers.AutoModelForVision2Seq
-    return transformers.AutoModelForCausalLM
-
-
-def load_pretrained(
-    path: str,
-    *,
-    use_shm: bool = False,
-    trust_remote_code: bool = False,
-    tokenizer_path: str | None = None,
-    override_config: dict | None = None,
-    chat_template: str | None = None,
-    **config_kwargs,
-) -> PretrainedFiles:
-    """Copy a model folder local (hdfs://, /dev/shm) and load its tokenizer and HF config.
-
-    The config gets the tokenizer's special-token ids and ``override_config``; ``config_kwargs`` go to
-    ``AutoConfig.from_pretrained`` (e.g. ``num_labels=1`` for value and reward heads).
-    """
-    from verl.utils.fs import copy_to_local
-    from verl.utils.tokenizer import hf_processor, hf_tokenizer
-    from verl.utils.vlm_processor import is_vision_language_config
-
-    local_path = copy_to_local(path, use_shm=use_shm)
-    tokenizer_local = copy_to_local(tokenizer_path) if tokenizer_path else local_path
-    tokenizer = hf_tokenizer(tokenizer_local, trust_remote_code=trust_remote_code)
-    if chat_template is not None:
-        tokenizer.chat_template = chat_template
-    hf_config = load_hf_config(local_path, tokenizer, override_config or {}, trust_remote_code, **config_kwargs)
-    processor = None
-    if is_vision_language_config(hf_config):
-        processor = hf_processor(local_path, trust_remote_code=trust_remote_code, use_fast=True)
-        if processor is not None and chat_template is not None:
-            processor.chat_template = chat_template
-    return PretrainedFiles(local_path, tokenizer, hf_config, processor)
-
-
 def build_fsdp_model(
     auto_cls,
     files: PretrainedFiles,
@@ -308,40 +191,3 @@ def build_fsdp_model(
         cpu_offload=cpu_offload,
         is_lora=lora_config is not None,
     )
-
-
-class OffloadGuard:
-    """Where a trained model's parameters and optimizer state live between calls (``fsdp_config.param_offload`` /
-    ``optimizer_offload``): offloaded to host memory after start-up, brought back for the length of a call."""
-
-    def __init__(self, offload_param: bool, offload_optimizer: bool) -> None:
-        self.offload_param = offload_param
-        self.offload_optimizer = offload_optimizer
-        self.module = self.optimizer = None
-
-    def attach(self, module, optimizer=None) -> None:
-        """Guard ``module`` (and ``optimizer``) and offload them now, as configured."""
-        self.module, self.optimizer = module, optimizer
-        if self.offload_param:
-            offload_fsdp_model_to_cpu(module)
-        self.offload_optimizer_state()
-
-    def offload_optimizer_state(self) -> None:
-        if self.optimizer is not None and self.offload_optimizer:
-            offload_fsdp_optimizer(self.optimizer)
-
-    @contextmanager
-    def resident(self, with_optimizer: bool = False):
-        """The model (and, ``with_optimizer``, its optimizer state) on the device for the block."""
-        optimizer = self.optimizer if with_optimizer and self.offload_optimizer else None
-        if self.offload_param:
-            load_fsdp_model_to_gpu(self.module)
-        if optimizer is not None:
-            load_fsdp_optimizer(optimizer, torch.device(get_device_name()))
-        try:
-            yield
-        finally:
-            if self.offload_param:
-                offload_fsdp_model_to_cpu(self.module)
-            if optimizer is not None:
-                offload_fsdp_optimizer(optimizer)

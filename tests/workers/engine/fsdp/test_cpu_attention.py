@@ -8,9 +8,9 @@ import torch
 from transformers import AttentionInterface, AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-import verl.utils.cpu_attention as cpu_attention_module
+import verl.workers.engine.fsdp.cpu_attention as cpu_attention_module
 from verl.demo.tiny_model import make_tiny_model_dir
-from verl.utils.cpu_attention import IMPLEMENTATION, cpu_attention, cpu_attention_forward, math_attention
+from verl.workers.engine.fsdp.cpu_attention import IMPLEMENTATION, cpu_attention, cpu_attention_forward, math_attention
 
 
 class _Attention(torch.nn.Module):

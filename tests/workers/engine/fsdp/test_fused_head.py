@@ -12,8 +12,8 @@ from tests.workers.actor.test_dp_actor import (
     rollout_batch,
     tiny_lm,
 )
-from verl.utils.fused_logprobs import check_fusable_head, fused_linear_logprobs
 from verl.workers.actor import DataParallelPPOActor
+from verl.workers.engine.fsdp.fused_head import check_fusable_head, fused_linear_logprobs
 
 
 def _reference(hidden, weight, labels, temperature):
@@ -121,7 +121,7 @@ def test_temperature_is_applied_before_the_softmax():
 
 
 def test_a_forward_that_skips_the_output_head_is_an_error_not_a_silent_none():
-    from verl.utils.fused_logprobs import fused_output_head
+    from verl.workers.engine.fsdp.fused_head import fused_output_head
 
     model = tiny_lm()
     with pytest.raises(RuntimeError, match="never called its output head"):

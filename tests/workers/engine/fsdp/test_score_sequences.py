@@ -5,7 +5,7 @@ from tensordict import TensorDict
 from transformers import Qwen2Config, Qwen2ForTokenClassification
 
 from verl.utils.model import compute_position_id_with_mask
-from verl.workers.reward_model_inputs import score_sequences
+from verl.workers.engine.fsdp.hf_forward import score_sequences
 
 
 def test_dynamic_micro_batches_keep_scores_and_row_order():

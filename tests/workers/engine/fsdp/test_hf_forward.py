@@ -1,11 +1,9 @@
-"""Packing/unpacking, micro-batch splitting and order restoration used by the actor and critic."""
+"""Packing/unpacking and the trimmed padded forward of the FSDP engine."""
 
-import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-import verl.utils.micro_batch as mb
-from verl.protocol import DataProto
+import verl.workers.engine.fsdp.hf_forward as mb
 from verl.utils.model import compute_position_id_with_mask
 
 
@@ -46,19 +44,6 @@ def test_explicit_block_mask_fallback_is_exact(monkeypatch):
         packed = model(input_ids=ids_rmpad, **kwargs).logits[0]
         padded = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
     torch.testing.assert_close(packed, padded[valid], rtol=1e-5, atol=1e-5)
-
-
-def test_static_and_dynamic_micro_batches_restore_order():
-    ids, mask, pos = _padded()
-    data = DataProto.from_dict({"input_ids": ids, "attention_mask": mask, "position_ids": pos})
-    static, parts = mb.make_micro_batches(data, ["input_ids", "attention_mask"], 3, use_dynamic_bsz=False)
-    assert parts is None and [len(m["input_ids"]) for m in static] == [3, 1]
-    dynamic, parts = mb.make_micro_batches(data, ["input_ids", "attention_mask"], None, True, max_token_len=7)
-    assert all(int(m["attention_mask"].sum()) <= 7 for m in dynamic)
-    joined = torch.cat([m["input_ids"] for m in dynamic])
-    assert torch.equal(mb.restore_order(joined, parts), ids)
-    with pytest.raises(ValueError, match="micro_batch_size=0"):
-        mb.make_micro_batches(data, ["input_ids"], 0, use_dynamic_bsz=False)
 
 
 def test_trim_padding_columns_keeps_every_used_column_and_the_prompt_edge():

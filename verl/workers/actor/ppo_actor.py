@@ -1,0 +1,155 @@
+"""The PPO actor over a training engine: log-prob recomputation and the clipped policy-gradient update.
+
+Backend-free: the mini-batch / epoch loop, the policy loss (any registered ``policy_loss.loss_mode``), the KL loss
+and the entropy bonus, and their metrics; the forward, backward and optimizer step are the engine's
+(:class:`verl.workers.engine.TrainingEngine`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.config import ActorConfig, RefConfig
+from verl.trainer.ppo.core_algos import kl_penalty
+from verl.trainer.ppo.losses import agg_loss, get_policy_loss_fn
+from verl.workers.actor.base import BasePPOActor
+from verl.workers.engine.base import TrainingEngine
+from verl.workers.engine.micro_batches import append_metrics, gradient_accumulation_steps, to_float
+
+__all__ = ["PPOActor"]
+
+
+class PPOActor(BasePPOActor):
+    """PPO actor over one data-parallel shard; the reference policy when ``engine`` has no optimizer.
+
+    ``config`` is ``actor_rollout_ref.actor`` (or ``.ref``) after the worker's batch-size normalisation (per-GPU
+    ``ppo_mini_batch_size`` in samples); ``engine`` a policy engine.
+    """
+
+    def __init__(self, config: ActorConfig | RefConfig, engine: TrainingEngine):
+        super().__init__(config)
+        self.engine = engine
+
+    def _optimizer_step(self) -> torch.Tensor:
+        """Clip gradients to ``grad_clip`` and step the optimizer (skipped when the norm is not finite)."""
+        return self.engine.optimizer_step()
+
+    def compute_log_prob(
+        self, data: DataProto, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of ``responses`` under the current weights, no grad; each ``(bs, T)``.
+
+        meta_info: ``micro_batch_size``, ``temperature``, ``use_dynamic_bsz``, ``max_token_len`` (dynamic only).
+        Returns a tuple (verl's base class documents a tensor; the worker unpacks a tuple).
+        """
+        meta_info = {**data.meta_info, "calculate_entropy": calculate_entropy}
+        outputs = self.engine.infer(DataProto(data.batch, data.non_tensor_batch, meta_info))
+        return outputs["log_probs"], outputs.get("entropys")
+
+    def update_policy(self, data: DataProto) -> dict[str, list]:
+        """PPO update over ``ppo_epochs`` x mini batches, one optimizer step per mini batch; returns metric lists.
+
+        batch: ``responses, input_ids, attention_mask, position_ids, old_log_probs, advantages`` (+ ``ref_log_prob``
+        with ``use_kl_loss``, + ``loss_mask`` when ``meta_info["multi_turn"]``). meta_info: ``temperature``
+        (required: KeyError otherwise, so a log-prob/update temperature mismatch cannot pass silently).
+
+        Without ``old_log_probs`` the update is *on-policy*: one epoch over one mini batch, so the policy that
+        sampled is the one being updated, and the old log-probs are this forward's own, detached (the ratio is 1,
+        the gradient that of ``-A * log_prob``). That saves the separate log-prob pass; ``actor/entropy`` is then
+        measured here.
+        """
+        if not self.engine.trainable:
+            raise RuntimeError("update_policy needs an optimizer: this actor was built as a reference policy")
+        with self.engine.training(data) as data:
+            return self._update_policy(data)
+
+    def _update_policy(self, data: DataProto) -> dict[str, list]:
+        cfg = self.config
+        engine = self.engine
+        temperature = data.meta_info["temperature"]
+        multi_turn = data.meta_info.get("multi_turn", False)
+        use_kl_loss = cfg.use_kl_loss
+        on_policy = "old_log_probs" not in data.batch.keys()
+        if on_policy and (cfg.ppo_epochs != 1 or len(data) > cfg.ppo_mini_batch_size):
+            raise ValueError(
+                f"the batch has no old_log_probs, which is only valid for one on-policy update: ppo_epochs="
+                f"{cfg.ppo_epochs} (expected 1), {len(data)} samples for a mini batch of {cfg.ppo_mini_batch_size}"
+            )
+        select_keys = ["responses", "input_ids", "attention_mask", "position_ids", "advantages"]
+        if not on_policy:
+            select_keys.append("old_log_probs")
+        if multi_turn:
+            select_keys.append("loss_mask")
+        if use_kl_loss:
+            select_keys.append("ref_log_prob")
+        keep_non_tensor = ["multi_modal_inputs"] if "multi_modal_inputs" in data.non_tensor_batch else []
+        data = data.select(batch_keys=select_keys, non_tensor_batch_keys=keep_non_tensor)
+
+        mini_batch_size = cfg.ppo_mini_batch_size
+        use_dynamic_bsz = cfg.use_dynamic_bsz
+        micro_batch_size = cfg.ppo_micro_batch_size_per_gpu
+        entropy_coeff = cfg.entropy_coeff
+        calculate_entropy = entropy_coeff != 0
+        loss_agg_mode = cfg.loss_agg_mode
+        # every mode, vanilla included, through the registry: a recipe may register (or replace) any of them
+        policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
+
+        def loss_fn(outputs: dict, micro_batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+            log_prob, entropy = outputs["log_probs"], outputs["entropy"]
+            response_length = micro_batch["responses"].size(-1)
+            if multi_turn:
+                response_mask = micro_batch["loss_mask"][:, -response_length:]
+            else:
+                response_mask = micro_batch["attention_mask"][:, -response_length:]
+            old_log_prob = log_prob.detach() if on_policy else micro_batch["old_log_probs"]
+            pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(
+                old_log_prob, log_prob, micro_batch["advantages"], response_mask, loss_agg_mode, cfg
+            )
+            metrics = {
+                "actor/pg_loss": to_float(pg_loss),
+                "actor/pg_clipfrac": to_float(pg_clipfrac),
+                "actor/ppo_kl": to_float(ppo_kl),
+                "actor/pg_clipfrac_lower": to_float(pg_clipfrac_lower),
+            }
+            policy_loss = pg_loss
+            if calculate_entropy:
+                entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+                policy_loss = policy_loss - entropy_coeff * entropy_loss
+                metrics["actor/entropy"] = to_float(entropy_loss)
+            elif on_policy:
+                metrics["actor/entropy"] = to_float(agg_loss(entropy, response_mask, loss_agg_mode))
+            if use_kl_loss:
+                kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], cfg.kl_loss_type)
+                kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+                policy_loss = policy_loss + cfg.kl_loss_coef * kl_loss
+                metrics["actor/kl_loss"] = to_float(kl_loss)
+                metrics["actor/kl_coef"] = cfg.kl_loss_coef
+            if use_dynamic_bsz:
+                # Micro batches differ in size: weight each by its share of the mini batch.
+                return policy_loss * (response_mask.shape[0] / mini_batch_size), metrics
+            return policy_loss / self.gradient_accumulation, metrics
+
+        metrics: dict[str, list] = {}
+        for _ in range(cfg.ppo_epochs):
+            for mini_batch in data.split(mini_batch_size):
+                micro_batches = engine.micro_batches(
+                    mini_batch, micro_batch_size, use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu
+                )
+                if not use_dynamic_bsz:
+                    self.gradient_accumulation = gradient_accumulation_steps(mini_batch_size, micro_batch_size, "actor")
+                engine.zero_grad()
+                for micro_batch in micro_batches:
+                    # on-policy: the entropy metric the skipped log-prob pass would have given comes from here
+                    step_metrics = engine.forward_backward(
+                        micro_batch,
+                        loss_fn,
+                        temperature=temperature,
+                        calculate_entropy=calculate_entropy or on_policy,
+                        entropy_grad=calculate_entropy,
+                    )
+                    append_metrics(metrics, step_metrics)
+                grad_norm = self._optimizer_step()
+                append_metrics(metrics, {"actor/grad_norm": to_float(grad_norm)})
+        engine.zero_grad()
+        return metrics

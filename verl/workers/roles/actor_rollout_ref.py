@@ -1,0 +1,274 @@
+"""The actor / rollout / reference worker: one process of the policy, each role wired to a training engine.
+
+The trainer calls its ``@register``ed methods through worker groups. The policy's model, optimizer, offloading,
+checkpoints and forwards are the engine's (``actor_rollout_ref.actor.strategy`` picks it, see
+:func:`verl.workers.engine.get_engine_cls`); the PPO update is :class:`verl.workers.actor.PPOActor` over it; sampling
+is the rollout's (HF or vLLM), with the engine handing its weights over around each generation.
+
+Ulysses sequence parallelism (``ulysses_sequence_parallel_size`` = sp > 1) is the engine's: the dispatch stays per
+rank (DP_COMPUTE_PROTO, one chunk per worker); the engine gathers the chunks of an SP group so its ranks work on the
+same rows, each on a slice of every packed sequence, and hands each rank its own rows' results back for the collect.
+Batch sizes are per dp rank (``workers / sp``).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager, nullcontext
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
+
+from verl import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.trainer.config import ActorRolloutRefConfig
+from verl.trainer.config.batch_sizes import normalize_actor_batch_sizes
+from verl.utils.debug import DistProfilerExtension
+from verl.utils.device import get_device_id, get_device_name, peak_rss_gb
+from verl.utils.distributed import init_distributed
+from verl.utils.import_utils import import_external_libs
+from verl.workers.engine import get_engine_cls
+from verl.workers.engine.pretrained import load_pretrained
+from verl.workers.roles.base import mfu_metric, role_profiler, typed_section
+from verl.workers.roles.phases import compute_phase, reports_compute_time
+
+__all__ = ["ActorRolloutRefWorker", "AsyncActorRolloutRefWorker"]
+
+device_name = get_device_name()
+
+_ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+
+
+class ActorRolloutRefWorker(Worker, DistProfilerExtension):
+    """One process of the policy: trains it (actor), samples from it (rollout), and/or scores with a frozen copy
+    (ref). ``config`` is the ``actor_rollout_ref`` section."""
+
+    def __init__(self, config: ActorRolloutRefConfig | DictConfig, role: str):
+        Worker.__init__(self)
+        assert role in _ROLES, f"role must be one of {_ROLES}, got {role!r}"
+        self.config = config = typed_section(config, ActorRolloutRefConfig)
+        self.role = role
+        self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
+        self._is_ref = role in ("ref", "actor_rollout_ref")
+        self._is_lora = config.model.is_lora
+        init_distributed()
+        if role != "rollout":  # a standalone rollout (main_generation) neither trains nor computes log-probs
+            normalize_actor_batch_sizes(config, dist.get_world_size()).apply_to(config)
+        # the engines read these from their own section (verl copies them from model.*)
+        for section in (config.actor, config.ref):
+            section.use_remove_padding = config.model.use_remove_padding
+            section.use_fused_kernels = config.model.use_fused_kernels
+        DistProfilerExtension.__init__(self, role_profiler(self, config.actor.profiler))
+        self.actor = self.rollout = self.ref_policy = None
+        self.actor_engine = self.ref_engine = None
+        self.rollout_sharding_manager = None
+        self.processor = None
+
+    @property
+    def actor_module(self) -> torch.nn.Module:
+        """The policy the actor trains and the rollout samples from."""
+        return self.actor_engine.module
+
+    # ------------------------------------------------------------------------------------------ model building
+    def _build_engine(self, role: str):
+        """The engine of ``role`` ("actor", "rollout" or "ref"), from the policy's files."""
+        model_cfg = self.config.model
+        files = load_pretrained(
+            model_cfg.path,
+            use_shm=model_cfg.use_shm,
+            trust_remote_code=model_cfg.trust_remote_code,
+            override_config=model_cfg.override_config,
+            chat_template=model_cfg.custom_chat_template,
+        )
+        self.tokenizer, self.local_path, self.hf_config = files.tokenizer, files.local_path, files.hf_config
+        self.processor = files.processor  # vision-language models: saved with checkpoints
+        section, key = (self.config.ref, "ref") if role == "ref" else (self.config.actor, "actor")
+        engine_cls = get_engine_cls(section.strategy, f"actor_rollout_ref.{key}.strategy")
+        return engine_cls.build(role, self.config, files)
+
+    def _build_rollout(self):
+        name = self.config.rollout.name
+        if name in ("hf", "naive"):
+            from verl.workers.rollout import HFRollout, NaiveRollout
+
+            rollout_cls = HFRollout if name == "hf" else NaiveRollout
+            # the HF rollout samples from the actor's own module: no weight hand-off needed
+            return rollout_cls(self.actor_module, self.config.rollout), None
+        if name == "vllm":
+            from torch.distributed.device_mesh import init_device_mesh
+
+            from verl.workers.rollout.vllm_rollout import vLLMRollout
+
+            infer_tp = self.config.rollout.tensor_model_parallel_size
+            world_size = dist.get_world_size()
+            if world_size % infer_tp != 0:
+                raise ValueError(
+                    f"actor_rollout_ref.rollout.tensor_model_parallel_size={infer_tp} must divide the number of "
+                    f"workers ({world_size})"
+                )
+            rollout_mesh = init_device_mesh(
+                device_name, (world_size // infer_tp, infer_tp), mesh_dim_names=("dp", "infer_tp")
+            )
+            rollout = vLLMRollout(
+                model_path=self.local_path,
+                config=self.config.rollout,
+                tokenizer=self.tokenizer,
+                model_hf_config=self.hf_config,
+                trust_remote_code=self.config.model.trust_remote_code,
+            )
+            handoff = self.actor_engine.rollout_weight_handoff(
+                rollout, self.hf_config, self.config.rollout, rollout_mesh
+            )
+            return rollout, handoff
+        if name == "sglang":
+            raise NotImplementedError(
+                "rollout.name=sglang needs the sglang package, which has no CPU build; use hf or vllm here"
+            )
+        raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not supported; expected hf, vllm or sglang")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        """Build the models this role needs (actor + optimizer, rollout engine, reference)."""
+        from verl.workers.actor import PPOActor
+
+        import_external_libs(self.config.model.external_lib)
+        if self._is_actor or self._is_rollout:
+            self.actor_engine = self._build_engine("actor" if self._is_actor else "rollout")
+            if self._is_actor:
+                self.actor = PPOActor(self.config.actor, self.actor_engine)
+                from verl.utils.flops_counter import FlopsCounter
+
+                self.flops_counter = FlopsCounter(self.hf_config)
+        if self._is_rollout:
+            self.rollout, self.rollout_sharding_manager = self._build_rollout()
+            if self.config.rollout.uses_agent_loops:
+                from verl.multi_turn import AgentLoopRollout
+
+                self.rollout = AgentLoopRollout(self.rollout, self.config.rollout, self.tokenizer)
+        if self._is_ref:
+            self.ref_engine = self._build_engine("ref")
+            self.ref_policy = PPOActor(self.config.ref, self.ref_engine)
+
+    def _resident(self, with_optimizer: bool = False):
+        """The policy on the device for the block (a reference-only worker has none to bring back)."""
+        return self.actor_engine.resident(with_optimizer) if self.actor_engine is not None else nullcontext()
+
+    # ------------------------------------------------------------------------------------------------ methods
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @compute_phase
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sample responses for left-padded prompts (n per prompt, interleaved)."""
+        assert self._is_rollout, f"generate_sequences needs a rollout role, this worker is {self.role!r}"
+        generation_config = getattr(self.actor_module, "generation_config", None)
+        eos = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
+        prompts.meta_info["eos_token_id"] = eos if eos is not None else self.tokenizer.eos_token_id
+        prompts.meta_info["pad_token_id"] = self.tokenizer.pad_token_id
+        start = time.perf_counter()
+        manager = self.rollout_sharding_manager or nullcontext()
+        with self._resident(), manager:
+            reshard = getattr(manager, "timing", {}).get("reshard", time.perf_counter() - start)
+            if self.rollout_sharding_manager is not None:
+                prompts = self.rollout_sharding_manager.preprocess_data(prompts)
+            with self._sampling_seed(prompts.meta_info.get("global_steps", 0)):
+                output = self.rollout.generate_sequences(prompts=prompts)
+            if self.rollout_sharding_manager is not None:
+                output = self.rollout_sharding_manager.postprocess_data(output)
+        output.meta_info["timing"] = {"generate_sequences": time.perf_counter() - start, "reshard": reshard}
+        return output.to("cpu")
+
+    @contextmanager
+    def _sampling_seed(self, global_step: int):
+        """Seed sampling from (rollout.seed, step, rank), so a resumed run draws exactly the samples an
+        uninterrupted one would, whatever else used the global RNG in between. The global RNG stream is restored
+        afterwards."""
+        on_device = device_name != "cpu"
+        devices = [get_device_id()] if on_device else []
+        with torch.random.fork_rng(devices=devices, device_type=device_name if on_device else "cuda"):
+            base = self.config.rollout.seed
+            torch.manual_seed((base * 1_000_003 + int(global_step)) * 65_537 + self.rank)
+            yield
+
+    def _log_prob_meta(self, data: DataProto, section) -> None:
+        data.meta_info["micro_batch_size"] = section.log_prob_micro_batch_size_per_gpu
+        data.meta_info["max_token_len"] = section.log_prob_max_token_len_per_gpu
+        data.meta_info["use_dynamic_bsz"] = section.log_prob_use_dynamic_bsz
+        data.meta_info["temperature"] = self.config.rollout.temperature
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @compute_phase
+    @reports_compute_time
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` and ``entropys`` ``(bs, response_length)`` under the current policy."""
+        assert self._is_actor, f"compute_log_prob needs the actor role, this worker is {self.role!r}"
+        is_lora = data.meta_info.pop("is_lora", False)
+        self._log_prob_meta(data, self.config.rollout)
+        adapter_off = self.actor_module.disable_adapter() if is_lora else nullcontext()
+        with self._resident(), adapter_off:
+            log_probs, entropys = self.actor.compute_log_prob(data=data, calculate_entropy=True)
+        output = DataProto.from_dict(
+            {"old_log_probs": log_probs, "entropys": entropys},
+            meta_info={"temperature": self.config.rollout.temperature},
+        )
+        return output.to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @compute_phase
+    @reports_compute_time
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob`` ``(bs, response_length)`` under the frozen reference (LoRA: adapters disabled)."""
+        if self._is_lora and self.ref_policy is None:
+            data.meta_info["is_lora"] = True
+            out = self.compute_log_prob(data)
+            return DataProto.from_dict({"ref_log_prob": out.batch["old_log_probs"]})
+        assert self._is_ref, f"compute_ref_log_prob needs the ref role, this worker is {self.role!r}"
+        self._log_prob_meta(data, self.config.ref)
+        log_probs, _ = self.ref_policy.compute_log_prob(data=data, calculate_entropy=False)
+        return DataProto.from_dict({"ref_log_prob": log_probs}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @compute_phase
+    @reports_compute_time
+    def update_actor(self, data: DataProto) -> DataProto:
+        """One PPO update over ``data``; returns ``meta_info["metrics"]`` (lists per key)."""
+        assert self._is_actor, f"update_actor needs the actor role, this worker is {self.role!r}"
+        data = data.to("cpu")
+        with self._resident(with_optimizer=True):
+            start = time.perf_counter()
+            metrics = self.actor.update_policy(data=data)
+            elapsed = time.perf_counter() - start
+            metrics["perf/mfu/actor"] = (
+                mfu_metric(self.flops_counter, data.meta_info.get("global_token_num", []), elapsed, self.world_size)
+                * self.config.actor.ppo_epochs
+            )
+            metrics["actor/lr"] = self.actor_engine.lr()
+            metrics["perf/peak_rss_gb/worker"] = peak_rss_gb()
+            self.actor_engine.lr_scheduler_step()
+        return DataProto(meta_info={"metrics": metrics})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        """Save this rank's shard of model / optimizer / extra state under ``local_path``."""
+        assert self._is_actor, f"save_checkpoint needs the actor role, this worker is {self.role!r}"
+        self.actor_engine.save_checkpoint(
+            local_path=local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
+        """Restore this rank's shard saved by :meth:`save_checkpoint`."""
+        assert self._is_actor or self._is_rollout, f"load_checkpoint: role {self.role!r} holds no checkpoint"
+        self.actor_engine.load_checkpoint(
+            local_path=local_path, hdfs_path=hdfs_path, del_local_after_load=del_local_after_load
+        )
+
+
+class AsyncActorRolloutRefWorker(ActorRolloutRefWorker):
+    """The actor-rollout worker for ``rollout.mode=async``.
+
+    Its rollout runs agent loops (``init_model`` builds it, as for ``multi_turn.enable``); with vLLM each turn is a
+    request of its own on the worker's engine, continuously batched. The trainer calls ``generate_sequences`` as in
+    sync mode, and the weight hand-off around it is the same, so no separate server process is needed.
+    """
