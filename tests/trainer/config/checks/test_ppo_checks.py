@@ -32,7 +32,13 @@ def assets(tmp_path_factory):
         vocab_size=128,
         max_position_embeddings=256,
     ).save_pretrained(model_dir)
-    rows = pd.DataFrame({"prompt": [[{"role": "user", "content": "1+1?"}]], "data_source": ["toy"]})
+    rows = pd.DataFrame(
+        {
+            "prompt": [[{"role": "user", "content": "1+1?"}]],
+            "data_source": ["toy"],
+            "reward_model": [{"style": "rule", "ground_truth": "2"}],
+        }
+    )
     rows.to_parquet(root / "train.parquet")
     rows.to_parquet(root / "val.parquet")
     (root / "not_a_model").mkdir()
@@ -415,6 +421,7 @@ def test_rows_naming_an_unknown_agent_loop_are_refused(base_cfg, tmp_path):
         {
             "prompt": [[{"role": "user", "content": "1+1?"}]] * 2,
             "data_source": ["toy"] * 2,
+            "reward_model": [{"style": "rule", "ground_truth": "2"}] * 2,
             "agent_name": ["single_turn_agent", "web_agent"],
         }
     )
@@ -440,6 +447,7 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
         {
             "prompt": [[{"role": "user", "content": "1+1?"}]] * 2,
             "data_source": ["openai/gsm8k"] * 2,
+            "reward_model": [{"style": "rule", "ground_truth": "2"}] * 2,
             "extra_info": [{"index": 0, "tools_kwargs": tool_kwargs}, {"index": 1, "tools_kwargs": tool_kwargs}],
         }
     )

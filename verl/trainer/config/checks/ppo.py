@@ -22,12 +22,14 @@ from verl.trainer.config.batch_sizes import (
     normalize_critic_batch_sizes,
     normalize_reward_model_micro_batch_size,
 )
+from verl.trainer.config.checks.data import check_data_files
 from verl.trainer.config.checks.multi_turn import check_multi_turn
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.vlm import check_vision_language_policy
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
 from verl.utils.fs import is_model_id, resolve_modelscope_model, use_modelscope
 from verl.utils.tracking import UnknownBackendError, normalize_backends
+from verl.utils.vlm_processor import is_vision_language_config
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +113,7 @@ class _Context:
     check_paths: bool
     check_device: bool
     extra_estimators: tuple[str, ...]
+    policy_is_vlm: bool | None = None  # set by _check_models once the policy's config is loaded
 
 
 # ------------------------------------------------------------------------------------------------ choices
@@ -508,6 +511,7 @@ def _check_models(config, ctx: _Context) -> None:
                 f"use a divisor of {heads}"
             )
         if path_key == "actor_rollout_ref.model.path":
+            ctx.policy_is_vlm = is_vision_language_config(hf_config)
             check_vision_language_policy(config, hf_config, path_key, ctx.use_critic)
             check_fused_head_model(config, text_config)
         if path_key == "actor_rollout_ref.model.path" and _get(config, "actor_rollout_ref.rollout.name") == "vllm":
@@ -536,6 +540,11 @@ def _check_vllm_cpu_model(config, hf_config, path_key: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ entry point
+def _check_data(config, ctx: _Context) -> None:
+    if ctx.check_paths:
+        check_data_files(config, policy_is_vlm=ctx.policy_is_vlm)
+
+
 def _check_runtime_support(config, ctx: _Context) -> None:
     check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref, use_rm=ctx.use_rm)
 
@@ -551,6 +560,7 @@ _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_device,
     _check_files,
     _check_models,
+    _check_data,
 )
 
 
