@@ -560,3 +560,26 @@ def test_fused_head_with_a_model_that_transforms_its_logits_is_refused_before_ra
     with pytest.raises(ConfigError, match=r"use_fused_kernels=True: this model transforms its logits \(final_logit_"):
         check_ppo_config(_with(base_cfg, **fused))
     check_ppo_config(_with(base_cfg, **{**fused, "actor_rollout_ref__model__use_fused_kernels": False}))
+
+
+@pytest.mark.parametrize("name", ["sglang", "sglang_async"])
+def test_sglang_is_refused_before_ray_even_when_installed(base_cfg, monkeypatch, name):
+    """The SGLang worker is not implemented: the check refuses it with the alternatives, whatever is installed."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object() if n == "sglang" else real_find_spec(n, *a))
+    with pytest.raises(ConfigError, match=rf"actor_rollout_ref.rollout.name='{name}': the SGLang rollout is not avail"):
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__rollout__name=name))
+
+
+@pytest.mark.parametrize("section", ["actor_rollout_ref.actor", "critic"])
+def test_megatron_is_refused_before_ray_even_when_installed(base_cfg, monkeypatch, section):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: object() if n.startswith("megatron") else real_find_spec(n, *a)
+    )
+    cfg = _with(base_cfg, **{f"{section.replace('.', '__')}__strategy": "megatron"})
+    with pytest.raises(ConfigError) as info:
+        check_ppo_config(cfg)
+    message = str(info.value)
+    assert f"{section}.strategy='megatron': the Megatron-LM engine is not available here yet" in message
+    assert "pip install" not in message and "fsdp (or fsdp2)" in message
