@@ -78,6 +78,13 @@ def test_a_vision_language_policy_without_image_columns_warns_only(tmp_path, cap
     assert "has no 'images' (data.image_key)" in caplog.text
 
 
+def test_files_read_by_a_custom_dataset_class_are_not_checked(tmp_path):
+    """data.custom_cls reads the files its own way (verl runs a JSON file through one): nothing is required."""
+    lines = tmp_path / "train.jsonl"
+    lines.write_text('{"question": "1+1?"}\n')
+    check_data_files(_config(str(lines), None, f"data.custom_cls.path={tmp_path / 'my_dataset.py'}"))
+
+
 def test_remote_files_are_left_to_the_dataset():
     check_data_files(_config("hdfs://cluster/train.parquet"))
 

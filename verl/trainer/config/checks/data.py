@@ -3,7 +3,8 @@
 Each local file must be readable parquet, hold at least one row, and have every column the run will read: the
 prompts (``data.prompt_key``), and for the built-in rule reward the ``reward_model`` struct with ``ground_truth``
 and the ``data.reward_fn_key`` column. Only the parquet footer (schema and row count) is read, never the rows. A
-column the run does not read is never an error. Whether rows survive ``data.filter_overlong_prompts`` needs the
+column the run does not read is never an error, and files read by a ``data.custom_cls`` dataset are not checked.
+Whether rows survive ``data.filter_overlong_prompts`` needs the
 tokenizer and every prompt, so it is left to the dataset (which raises when nothing is left).
 
 ``parquet_schema`` and ``parquet_column`` are the one way the driver-side checks open a data file, so a file that is
@@ -17,7 +18,14 @@ import os
 
 from verl.trainer.config import ConfigError
 
-__all__ = ["BUILTIN_RULE_REWARD_MANAGERS", "check_data_files", "data_file_paths", "parquet_column", "parquet_schema"]
+__all__ = [
+    "BUILTIN_RULE_REWARD_MANAGERS",
+    "check_data_files",
+    "data_file_paths",
+    "parquet_column",
+    "parquet_schema",
+    "uses_custom_dataset",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +146,17 @@ def _check_one_file(config, key: str, path: str, policy_is_vlm: bool | None) -> 
         )
 
 
+def uses_custom_dataset(config) -> bool:
+    """True when ``data.custom_cls`` names the dataset class: it reads the files its own way (any format, any
+    columns), so they are not checked here."""
+    return bool(config.data.custom_cls.path)
+
+
 def check_data_files(config, policy_is_vlm: bool | None = None) -> None:
     """Raise ConfigError for the first local data file the run could not read (``config``: the typed PPO config;
     ``policy_is_vlm``: whether the policy has a vision tower, None when unknown)."""
+    if uses_custom_dataset(config):
+        return
     for key in DATA_KEYS:
         for path in data_file_paths(config, key):
             _check_one_file(config, key, path, policy_is_vlm)

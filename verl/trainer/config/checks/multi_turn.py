@@ -8,7 +8,7 @@ missing file fails in seconds in the driver instead of inside every worker after
 from __future__ import annotations
 
 from verl.trainer.config import ConfigError
-from verl.trainer.config.checks.data import data_file_paths, parquet_column
+from verl.trainer.config.checks.data import data_file_paths, parquet_column, uses_custom_dataset
 
 __all__ = ["check_multi_turn"]
 
@@ -70,7 +70,7 @@ def _check_tool_settings(config, check_files: bool) -> None:
         raise ConfigError(f"{_KEY}.tool_call_timeout={settings.tool_call_timeout} must be > 0 (or null: no limit)")
     if check_files and settings.tool_config_path:
         required = _check_classes(settings.tool_config_path, "tool_config_path", "tools")
-        for key in ("data.train_files", "data.val_files"):
+        for key in () if uses_custom_dataset(config) else ("data.train_files", "data.val_files"):
             for path in data_file_paths(config, key):
                 _check_tools_kwargs(key, path, required)
     if check_files and settings.interaction_config_path:
@@ -115,7 +115,7 @@ def _check_agent_loops(config, check_files: bool) -> None:
         raise ConfigError(
             f"{key}.default_agent_loop={default!r} is not a registered agent loop; registered: {sorted(names)}"
         )
-    if check_files:
+    if check_files and not uses_custom_dataset(config):
         for data_key in ("data.train_files", "data.val_files"):
             for path in data_file_paths(config, data_key):
                 _check_agent_names(data_key, path, names)
