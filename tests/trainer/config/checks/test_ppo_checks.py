@@ -583,3 +583,28 @@ def test_megatron_is_refused_before_ray_even_when_installed(base_cfg, monkeypatc
     message = str(info.value)
     assert f"{section}.strategy='megatron': the Megatron-LM engine is not available here yet" in message
     assert "pip install" not in message and "fsdp (or fsdp2)" in message
+
+
+def test_gsm8k_tool_data_with_only_an_interaction_config_is_accepted(base_cfg, tmp_path):
+    """verl's GSM8K multi-turn data carries tools_kwargs and interaction_kwargs; verl runs it with only an
+    interaction config (the tools_kwargs go unused), so the check lets it through."""
+    examples = os.path.join(os.path.dirname(CONFIG_DIR), "..", "..", "examples", "multiturn", "config")
+    interaction = os.path.abspath(os.path.join(examples, "interaction_config", "gsm8k_interaction_config.yaml"))
+    extra = {
+        "index": 0,
+        "need_tools_kwargs": True,
+        "tools_kwargs": {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "2"}}},
+        "interaction_kwargs": {"query": "1+1?", "ground_truth": "2"},
+    }
+    rows = pd.DataFrame(
+        {
+            "prompt": [[{"role": "user", "content": "1+1?"}]],
+            "data_source": ["openai/gsm8k"],
+            "reward_model": [{"style": "rule", "ground_truth": "2"}],
+            "extra_info": [extra],
+        }
+    )
+    rows.to_parquet(tmp_path / "gsm8k_tool.parquet")
+    data = str(tmp_path / "gsm8k_tool.parquet")
+    cfg = _multi_turn(base_cfg, actor_rollout_ref__rollout__multi_turn__interaction_config_path=interaction)
+    check_ppo_config(_with(cfg, data__train_files=data, data__val_files=data))
