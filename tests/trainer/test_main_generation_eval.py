@@ -187,6 +187,21 @@ def test_bad_generation_config_is_refused_naming_the_key(workspace, changes, mes
     assert message in str(info.value)
 
 
+def _with_data(workspace, path):
+    return compose_config("generation", generation_overrides(workspace, **{"data.path": str(path)}))
+
+
+def test_a_data_path_that_is_not_parquet_or_is_empty_is_refused_naming_the_file(workspace, tmp_path):
+    text = tmp_path / "prompts.parquet"
+    text.write_text("prompt\n1+1\n")
+    with pytest.raises(ConfigError, match=r"data.path: '.*prompts.parquet' is not a parquet file"):
+        check_generation_config(_with_data(workspace, text))
+    empty = tmp_path / "empty.parquet"
+    pd.DataFrame({"prompt": pd.Series([], dtype=object)}).to_parquet(empty)
+    with pytest.raises(ConfigError, match=r"data.path: '.*empty.parquet' has no rows"):
+        check_generation_config(_with_data(workspace, empty))
+
+
 def test_every_problem_is_reported_at_once_and_greedy_single_sample_is_fine(workspace):
     config = compose_config("generation", generation_overrides(workspace, **{"data.batch_size": 0, "rollout.n": 2}))
     with pytest.raises(ConfigError, match=r"(?s)data.batch_size=0.*rollout.n=2"):

@@ -112,8 +112,8 @@ def worker_classes(config):
         return actor_cls, CriticWorker, RayWorkerGroup
     if strategy == "megatron":
         raise NotImplementedError(
-            "actor_rollout_ref.actor.strategy=megatron needs megatron-core on GPUs, which this build does not ship; "
-            "use fsdp or fsdp2"
+            "actor_rollout_ref.actor.strategy=megatron: the Megatron-LM engine is not available here yet; "
+            "use strategy=fsdp or fsdp2"
         )
     raise NotImplementedError(f"actor_rollout_ref.actor.strategy={strategy!r}; expected fsdp, fsdp2 or megatron")
 

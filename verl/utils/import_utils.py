@@ -108,6 +108,8 @@ def load_class_by_name(class_name: str, where: str):
     module_name, attr = class_name.rsplit(".", 1)
     try:
         module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:  # kept a ModuleNotFoundError, as verl raises for a module that is not there
+        raise ModuleNotFoundError(f"{where}: cannot import module {module_name!r} ({exc})", name=exc.name) from exc
     except ImportError as exc:
         raise ImportError(f"{where}: cannot import module {module_name!r} ({exc})") from exc
     if not hasattr(module, attr):

@@ -64,6 +64,10 @@ def test_start_stores_the_documented_state(interaction):
         ([{"role": "user", "content": "71"}, {"role": "assistant", "content": "72"}], "#### 71", INCORRECT),
         ([{"role": "user", "content": "1"}, {"role": "user", "content": "so 72"}], "#### so 72", CORRECT),
         ([{"role": "assistant", "content": "72"}], "#### ", INCORRECT),  # no user message: empty answer
+        # a last user message without content is an empty answer, as verl stores it ("#### " + (content or "")):
+        # the search stops there, an earlier user message is not scored instead
+        ([{"role": "user", "content": "72"}, {"role": "user"}], "#### ", INCORRECT),
+        ([{"role": "user", "content": None}], "#### ", INCORRECT),
     ],
 )
 def test_which_message_is_scored_and_the_reply(interaction, messages, stored, expected):

@@ -69,7 +69,8 @@ def test_a_tool_without_any_schema_is_refused(tmp_path):
 @pytest.mark.parametrize(
     "text, error, match",
     [
-        ("tools:\n  - class_name: no_such_module.Tool\n", ImportError, r"tools\[0\].class_name.*no_such_module"),
+        # verl raises ModuleNotFoundError (an ImportError: `except ImportError` callers still catch it)
+        ("tools:\n  - class_name: no_such_module.Tool\n", ModuleNotFoundError, r"tools\[0\].class_name.*no_such_mod"),
         (f"tools:\n  - class_name: {__name__}.Missing\n", ImportError, "has no 'Missing'"),
         ("tools:\n  - config: {}\n", ValueError, r"tools\[0\] needs a 'class_name'"),
         ("other: 1\n", ValueError, "top-level 'tools' list"),
@@ -79,6 +80,13 @@ def test_bad_tool_files_name_the_file_and_entry(tmp_path, text, error, match):
     path = _write(tmp_path, "tools.yaml", text)
     with pytest.raises(error, match=match):
         initialize_tools_from_config(path)
+
+
+def test_an_interaction_module_that_is_not_there_raises_module_not_found(tmp_path):
+    path = _write(tmp_path, "interaction.yaml", "interaction:\n  - class_name: no_such_module.Judge\n")
+    with pytest.raises(ModuleNotFoundError, match=r"interaction\[0\].class_name.*no_such_module") as info:
+        initialize_interaction_from_config(path)
+    assert info.value.name == "no_such_module"
 
 
 def test_missing_tool_file_is_named(tmp_path):

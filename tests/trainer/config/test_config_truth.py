@@ -86,7 +86,7 @@ NOT_READ_HERE: dict[str, str] = {
     f"{REF}.fsdp_config.param_offload": "FINDING: False is not honoured, the reference is always offloaded",
     f"{R}.use_fire_sampling": _REFUSED,
     f"{R}.multi_stage_wake_up": _REFUSED,
-    f"{R}.engine_kwargs.sglang": "rollout.name=sglang, refused where sglang is not installed (_check_rollout)",
+    f"{R}.engine_kwargs.sglang": "rollout.name=sglang is refused before Ray, SGLang is not here yet (_check_rollout)",
     # the hf_multi_turn run's random model ends its turns at the length limit, before these are consulted
     f"{MT}.max_assistant_turns": _MT_LOOP,
     f"{MT}.max_user_turns": _MT_LOOP,

@@ -39,6 +39,21 @@ def truncate_text(text: str, limit: int, side: str) -> str:
     return text[:half] + marker + text[len(text) - (limit - half) :]
 
 
+_warned_unused_tools_kwargs = False
+
+
+def _warn_unused_tools_kwargs(names: list[str]) -> None:
+    """Say once per process that rows name tools while no multi_turn.tool_config_path defines any."""
+    global _warned_unused_tools_kwargs
+    if not _warned_unused_tools_kwargs:
+        _warned_unused_tools_kwargs = True
+        logger.warning(
+            "rows carry tools_kwargs for %s but multi_turn.tool_config_path defines no tools: no tool is offered "
+            "and the column is not used",
+            names,
+        )
+
+
 @register("tool_agent")
 class ToolAgentLoop(AgentLoopBase):
     """Tools come from ``multi_turn.tool_config_path``, the interaction from ``multi_turn.interaction_config_path``
@@ -75,6 +90,10 @@ class ToolAgentLoop(AgentLoopBase):
     def _trajectory(self, row_fields: dict) -> Trajectory:
         tools = self.context.tools
         row_tools = dict(row_fields.get("tools_kwargs") or {})
+        if row_tools and not tools:
+            # verl's GSM8K tool data run with only an interaction: no tool is offered, the column goes unused
+            _warn_unused_tools_kwargs(sorted(row_tools))
+            row_tools = {}
         unknown = sorted(set(row_tools) - set(tools))
         if unknown:
             raise KeyError(

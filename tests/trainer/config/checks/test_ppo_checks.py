@@ -32,7 +32,13 @@ def assets(tmp_path_factory):
         vocab_size=128,
         max_position_embeddings=256,
     ).save_pretrained(model_dir)
-    rows = pd.DataFrame({"prompt": [[{"role": "user", "content": "1+1?"}]], "data_source": ["toy"]})
+    rows = pd.DataFrame(
+        {
+            "prompt": [[{"role": "user", "content": "1+1?"}]],
+            "data_source": ["toy"],
+            "reward_model": [{"style": "rule", "ground_truth": "2"}],
+        }
+    )
     rows.to_parquet(root / "train.parquet")
     rows.to_parquet(root / "val.parquet")
     (root / "not_a_model").mkdir()
@@ -415,6 +421,7 @@ def test_rows_naming_an_unknown_agent_loop_are_refused(base_cfg, tmp_path):
         {
             "prompt": [[{"role": "user", "content": "1+1?"}]] * 2,
             "data_source": ["toy"] * 2,
+            "reward_model": [{"style": "rule", "ground_truth": "2"}] * 2,
             "agent_name": ["single_turn_agent", "web_agent"],
         }
     )
@@ -440,6 +447,7 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
         {
             "prompt": [[{"role": "user", "content": "1+1?"}]] * 2,
             "data_source": ["openai/gsm8k"] * 2,
+            "reward_model": [{"style": "rule", "ground_truth": "2"}] * 2,
             "extra_info": [{"index": 0, "tools_kwargs": tool_kwargs}, {"index": 1, "tools_kwargs": tool_kwargs}],
         }
     )
@@ -552,3 +560,51 @@ def test_fused_head_with_a_model_that_transforms_its_logits_is_refused_before_ra
     with pytest.raises(ConfigError, match=r"use_fused_kernels=True: this model transforms its logits \(final_logit_"):
         check_ppo_config(_with(base_cfg, **fused))
     check_ppo_config(_with(base_cfg, **{**fused, "actor_rollout_ref__model__use_fused_kernels": False}))
+
+
+@pytest.mark.parametrize("name", ["sglang", "sglang_async"])
+def test_sglang_is_refused_before_ray_even_when_installed(base_cfg, monkeypatch, name):
+    """The SGLang worker is not implemented: the check refuses it with the alternatives, whatever is installed."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object() if n == "sglang" else real_find_spec(n, *a))
+    with pytest.raises(ConfigError, match=rf"actor_rollout_ref.rollout.name='{name}': the SGLang rollout is not avail"):
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__rollout__name=name))
+
+
+@pytest.mark.parametrize("section", ["actor_rollout_ref.actor", "critic"])
+def test_megatron_is_refused_before_ray_even_when_installed(base_cfg, monkeypatch, section):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: object() if n.startswith("megatron") else real_find_spec(n, *a)
+    )
+    cfg = _with(base_cfg, **{f"{section.replace('.', '__')}__strategy": "megatron"})
+    with pytest.raises(ConfigError) as info:
+        check_ppo_config(cfg)
+    message = str(info.value)
+    assert f"{section}.strategy='megatron': the Megatron-LM engine is not available here yet" in message
+    assert "pip install" not in message and "fsdp (or fsdp2)" in message
+
+
+def test_gsm8k_tool_data_with_only_an_interaction_config_is_accepted(base_cfg, tmp_path):
+    """verl's GSM8K multi-turn data carries tools_kwargs and interaction_kwargs; verl runs it with only an
+    interaction config (the tools_kwargs go unused), so the check lets it through."""
+    examples = os.path.join(os.path.dirname(CONFIG_DIR), "..", "..", "examples", "multiturn", "config")
+    interaction = os.path.abspath(os.path.join(examples, "interaction_config", "gsm8k_interaction_config.yaml"))
+    extra = {
+        "index": 0,
+        "need_tools_kwargs": True,
+        "tools_kwargs": {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "2"}}},
+        "interaction_kwargs": {"query": "1+1?", "ground_truth": "2"},
+    }
+    rows = pd.DataFrame(
+        {
+            "prompt": [[{"role": "user", "content": "1+1?"}]],
+            "data_source": ["openai/gsm8k"],
+            "reward_model": [{"style": "rule", "ground_truth": "2"}],
+            "extra_info": [extra],
+        }
+    )
+    rows.to_parquet(tmp_path / "gsm8k_tool.parquet")
+    data = str(tmp_path / "gsm8k_tool.parquet")
+    cfg = _multi_turn(base_cfg, actor_rollout_ref__rollout__multi_turn__interaction_config_path=interaction)
+    check_ppo_config(_with(cfg, data__train_files=data, data__val_files=data))

@@ -12,6 +12,7 @@ import os
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.trainer.config import ConfigError
+from verl.trainer.config.checks.data import parquet_schema
 from verl.trainer.config.checks.ppo import resolve_device_name
 
 __all__ = ["check_generation_config"]
@@ -42,13 +43,14 @@ def _check_data(config, problems: list[str]) -> None:
         if not os.path.isfile(local):
             problems.append(f"data.path: file {path!r} does not exist")
         else:
-            import pyarrow.parquet as pq
-
             try:
-                columns = pq.read_schema(local).names
-            except Exception as exc:  # noqa: BLE001 - any reader failure means the file is not usable parquet
-                problems.append(f"data.path={path!r} is not a readable parquet file: {exc}")
+                schema, num_rows = parquet_schema("data.path", str(path))
+            except ConfigError as exc:
+                problems.append(str(exc))
             else:
+                columns = schema.names
+                if num_rows == 0:
+                    problems.append(f"data.path: {path!r} has no rows; expected at least one prompt")
                 if prompt_key not in columns:
                     problems.append(f"data.prompt_key={prompt_key!r} is not a column of data.path; columns: {columns}")
     if not OmegaConf.select(config, "data.output_path"):

