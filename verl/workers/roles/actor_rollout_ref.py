@@ -123,11 +123,8 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 rollout, self.hf_config, self.config.rollout, rollout_mesh
             )
             return rollout, handoff
-        if name == "sglang":
-            raise NotImplementedError(
-                "rollout.name=sglang needs the sglang package, which has no CPU build; use hf or vllm here"
-            )
-        raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not supported; expected hf, vllm or sglang")
+        # the driver's config check refuses sglang (and any other name) before Ray starts; this guards direct callers
+        raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not supported here; expected hf or vllm")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
