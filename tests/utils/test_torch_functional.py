@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from verl.utils import torch_functional as verl_F
-from verl.utils import vocab_chunks
 
 
 # ---------------------------------------------------------------- masked ops
@@ -123,12 +122,12 @@ def _random_case(bs: int, seq: int, vocab: int, seed: int):
 
 @contextlib.contextmanager
 def _chunk_elements(elements: int):
-    old = vocab_chunks._CHUNK_ELEMENTS
-    vocab_chunks._CHUNK_ELEMENTS = elements
+    old = verl_F._CHUNK_ELEMENTS
+    verl_F._CHUNK_ELEMENTS = elements
     try:
         yield
     finally:
-        vocab_chunks._CHUNK_ELEMENTS = old
+        verl_F._CHUNK_ELEMENTS = old
 
 
 @_chunked_cases

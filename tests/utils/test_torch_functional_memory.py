@@ -21,10 +21,9 @@ _SCRIPT = textwrap.dedent(
     import torch
     import torch.nn.functional as F
     from verl.utils import torch_functional as verl_F
-    from verl.utils import vocab_chunks
 
     torch.set_num_threads(1)
-    vocab_chunks._CHUNK_ELEMENTS = 1 << 18  # 1 MB float32 chunks
+    verl_F._CHUNK_ELEMENTS = 1 << 18  # 1 MB float32 chunks
 
     def status(key):
         return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 # the unfused log-probs' accumulation dtype, so both paths agree
-from verl.utils.vocab_chunks import acc_dtype
+from verl.utils.torch_functional import acc_dtype
 
 __all__ = [
     "FusedHeadOutput",
