@@ -167,15 +167,19 @@ def test_bad_config_is_refused_naming_the_key(overrides, expected):
         assert fragment in str(info.value), str(info.value)
 
 
-def test_run_sppo_refuses_bad_config_before_ray_starts():
+def test_run_sppo_refuses_bad_config_before_ray_starts(monkeypatch):
     import ray
 
     from recipe.sppo.main_sppo import run_sppo
 
-    assert not ray.is_initialized()
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started before the config was checked")
+
+    # whatever another test left running, this run must not reach Ray
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_ray)
     with pytest.raises(ConfigError, match="algorithm.sppo_eta='x'"):
         run_sppo(_compose(["algorithm.sppo_eta=x"]))
-    assert not ray.is_initialized()
     assert SPPO_LOSS_MODE in POLICY_LOSS_REGISTRY
 
 
