@@ -138,7 +138,7 @@ get_eos_mask = get_response_mask  # older verl name
 _CHUNK_ELEMENTS = 1 << 20
 
 
-def foreach_row_chunk(fn, chunk_rows: int | None, x: torch.Tensor, *others: torch.Tensor) -> None:
+def _foreach_row_chunk(fn, chunk_rows: int | None, x: torch.Tensor, *others: torch.Tensor) -> None:
     """Call ``fn(x_rows, *other_rows)`` on 2-D row blocks of ``x`` (``(..., V)``) without copying ``x``.
 
     ``others`` share ``x``'s leading dims (e.g. labels ``(...)`` or a gradient ``(..., V)``) and are cut the
@@ -152,7 +152,7 @@ def foreach_row_chunk(fn, chunk_rows: int | None, x: torch.Tensor, *others: torc
         flat = x.view(-1, vocab)
     except RuntimeError:
         for i in range(x.shape[0]):
-            foreach_row_chunk(fn, chunk_rows, x[i], *(o[i] for o in others))
+            _foreach_row_chunk(fn, chunk_rows, x[i], *(o[i] for o in others))
         return
     n = flat.shape[0]
     flat_others = [o.reshape(n, *o.shape[x.dim() - 1 :]) for o in others]
@@ -166,7 +166,7 @@ def acc_dtype(logits: torch.Tensor) -> torch.dtype:
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
-class LogProbFunction(torch.autograd.Function):
+class _LogProbFunction(torch.autograd.Function):
     """log_softmax(logits)[label] with a hand-written, chunked backward (saves only ``logits`` and ``lse``).
 
     ``with_entropy``: also returns the entropy of softmax(logits), without a gradient, from the same pass: the
@@ -193,7 +193,7 @@ class LogProbFunction(torch.autograd.Function):
                 l_.copy_(torch.logsumexp(x32, dim=-1))
             o.copy_(x32.gather(-1, lab.long().unsqueeze(-1)).squeeze(-1) - l_)
 
-        foreach_row_chunk(block, chunk_rows, logits, labels, out, lse, *entropy)
+        _foreach_row_chunk(block, chunk_rows, logits, labels, out, lse, *entropy)
         ctx.save_for_backward(logits, labels, lse)
         ctx.chunk_rows = chunk_rows
         if not with_entropy:
@@ -213,11 +213,11 @@ class LogProbFunction(torch.autograd.Function):
             p.scatter_add_(-1, lab.long().unsqueeze(-1), g_out.unsqueeze(-1))
             g.copy_(p)
 
-        foreach_row_chunk(block, ctx.chunk_rows, logits, labels, lse, grad_out, grad)
+        _foreach_row_chunk(block, ctx.chunk_rows, logits, labels, lse, grad_out, grad)
         return grad, None, None, None
 
 
-class EntropyFunction(torch.autograd.Function):
+class _EntropyFunction(torch.autograd.Function):
     """Entropy of softmax(logits) with a chunked backward; saves only ``logits``, ``lse`` and ``E_p[x]``."""
 
     @staticmethod
@@ -233,7 +233,7 @@ class EntropyFunction(torch.autograd.Function):
             mx.copy_((p * x32).sum(-1))
             e.copy_(lse - mx)
 
-        foreach_row_chunk(block, chunk_rows, logits, ent, mean_x)
+        _foreach_row_chunk(block, chunk_rows, logits, ent, mean_x)
         ctx.save_for_backward(logits, ent, mean_x)
         ctx.chunk_rows = chunk_rows
         return ent.to(logits.dtype)
@@ -250,7 +250,7 @@ class EntropyFunction(torch.autograd.Function):
             p = torch.exp(x32 - (e + mx).unsqueeze(-1))
             g.copy_(p.mul_(mx.unsqueeze(-1) - x32).mul_(g_out.unsqueeze(-1)))
 
-        foreach_row_chunk(block, ctx.chunk_rows, logits, ent, mean_x, grad_out, grad)
+        _foreach_row_chunk(block, ctx.chunk_rows, logits, ent, mean_x, grad_out, grad)
         return grad, None
 
 
@@ -259,12 +259,12 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
     Computed in row chunks in float32, so no full-size copy of ``logits`` is allocated (forward or backward).
     """
-    return EntropyFunction.apply(logits, None)
+    return _EntropyFunction.apply(logits, None)
 
 
 def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048) -> torch.Tensor:
     """Same as :func:`entropy_from_logits` with ``chunk_size`` rows per chunk. logits ``(N, vocab)`` -> ``(N,)``."""
-    return EntropyFunction.apply(logits, chunk_size)
+    return _EntropyFunction.apply(logits, chunk_size)
 
 
 def gather_from_labels(data: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
@@ -282,7 +282,7 @@ def logprobs_from_logits_v2(logits: torch.Tensor, labels: torch.Tensor) -> torch
 
     Returns float64 for float64 input, float32 otherwise (half-precision logits give float32 log-probs).
     """
-    return LogProbFunction.apply(logits, labels, None)
+    return _LogProbFunction.apply(logits, labels, None)
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True) -> torch.Tensor:
@@ -309,7 +309,7 @@ def logprobs_and_entropy_from_logits(logits: torch.Tensor, labels: torch.Tensor)
         with torch.no_grad():
             entropy = entropy_from_logits(logits.detach()).to(acc_dtype(logits))
         return logprobs_from_logits(logits, labels), entropy
-    return LogProbFunction.apply(logits, labels, None, True)
+    return _LogProbFunction.apply(logits, labels, None, True)
 
 
 def log_probs_from_logits_response(input_ids: torch.Tensor, logits: torch.Tensor, response_length: int) -> torch.Tensor:
