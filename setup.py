@@ -18,10 +18,23 @@ DOCS = ["sphinx>=7.3,<9", "myst-parser>=3,<5", "furo>=2024.1"]
 # torch is required as a range, never pinned: a machine that already has a CPU (or a specific CUDA) build
 # keeps it. Install torch first (see README) so that pip does not pick a default CUDA wheel.
 EXTRAS = {
-    # the trackers and matplotlib are in the test extra so their tests run for real (they skip without them); the
-    # docs builders too, so CI builds the documentation site with warnings as errors (tests/test_docs.py)
-    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "ruff", "tensorboard", "wandb", "mlflow", "swanlab>=0.10",
-             "matplotlib", "pylatexenc", *DOCS],
+    # the trackers, matplotlib and math-verify are in the test extra so their tests run for real (they skip
+    # without them); the docs builders too, so CI builds the documentation site with warnings as errors
+    # (tests/test_docs.py)
+    "test": [
+        "pytest>=7",
+        "pytest-timeout",
+        "hypothesis",
+        "ruff",
+        "tensorboard",
+        "wandb",
+        "mlflow",
+        "swanlab>=0.10",
+        "matplotlib",
+        "pylatexenc",
+        "math-verify",
+        *DOCS,
+    ],
     # the documentation site: sphinx-build -W --keep-going -b html docs docs/_build/html
     "docs": DOCS,
     "vllm": ["vllm>=0.8.5"],

@@ -70,7 +70,7 @@ def _faq_cases():
     text = (DOCS / "faq.md").read_text()
     cases = []
     for block in re.findall(r"```text\n(.*?)```", text, flags=re.S):
-        lines = block.strip().splitlines()
+        lines = block.strip().replace("\\\n", " ").splitlines()  # a command continued with backslashes is one line
         if not lines[0].startswith("$ python -m verl.trainer.main_ppo"):
             continue
         overrides = lines[0].split("main_ppo", 1)[1].split()
@@ -84,14 +84,17 @@ def test_faq_quotes_the_errors_the_config_check_raises():
     """Each FAQ entry's command line fails in ``prepare_config`` with exactly the message the FAQ quotes."""
     from hydra import compose, initialize_config_dir
 
+    from verl.demo.default_run import apply_builtin_demo, command_line_keys
     from verl.trainer.config import ConfigError
     from verl.trainer.main_ppo import prepare_config
 
     cases = _faq_cases()
     assert len(cases) >= 8
     for overrides, quoted in cases:
+        overrides = [o.strip("'\"") for o in overrides]
         with initialize_config_dir(config_dir=str(ref.CONFIG_DIR), version_base=None):
-            config = compose(config_name="ppo_trainer", overrides=[o.strip("'\"") for o in overrides])
+            config = compose(config_name="ppo_trainer", overrides=overrides)
+        apply_builtin_demo(config, command_line_keys(overrides))  # what main_ppo does with this command line
         with pytest.raises(ConfigError) as info:
             prepare_config(config)
         assert str(info.value) == quoted, (overrides, str(info.value))

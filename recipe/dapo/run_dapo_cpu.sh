@@ -10,6 +10,14 @@ train_prompt_bsz=32
 n_resp_per_prompt=8
 
 python3 -m recipe.dapo.main_dapo \
+    data.train_files=builtin://arithmetic/train.parquet \
+    data.val_files=builtin://arithmetic/test.parquet \
+    data.max_prompt_length=32 \
+    actor_rollout_ref.model.path=builtin://default_model \
+    actor_rollout_ref.actor.optim.lr=1e-4 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
     data.max_response_length=${max_response_length} \
     data.train_batch_size=${train_prompt_bsz} \
     data.gen_batch_size=$((train_prompt_bsz * 3 / 2)) \
@@ -29,6 +37,7 @@ python3 -m recipe.dapo.main_dapo \
     reward_model.overlong_buffer.len=2 \
     reward_model.overlong_buffer.penalty_factor=0.5 \
     actor_rollout_ref.rollout.name=hf \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     trainer.device=cpu \
     trainer.n_gpus_per_node=2 \
     trainer.logger=['console'] \

@@ -5,6 +5,9 @@
 set -x
 
 python3 -m recipe.prime.main_prime \
+    data.train_files=builtin://arithmetic/train.parquet \
+    data.val_files=builtin://arithmetic/test.parquet \
+    actor_rollout_ref.model.path=builtin://default_model \
     data.train_batch_size=8 \
     data.oversample_factor=2 \
     data.max_prompt_length=32 \
@@ -14,6 +17,7 @@ python3 -m recipe.prime.main_prime \
     actor_rollout_ref.actor.ppo_mini_batch_size=8 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
     actor_rollout_ref.rollout.name=hf \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.n=4 \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 \
     reward_model.micro_batch_size_per_gpu=16 \

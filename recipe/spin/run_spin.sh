@@ -18,6 +18,7 @@ python3 -m recipe.spin.main_spin \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.actor.dpo_beta=0.1 \
     actor_rollout_ref.rollout.name=hf \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.n=8 \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 \

@@ -19,6 +19,7 @@ python3 -m recipe.sppo.main_sppo \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.actor.sppo_eta=1.0 \
     actor_rollout_ref.rollout.name=hf \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.n=8 \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
     algorithm.sppo_eta=1.0 \

@@ -49,13 +49,15 @@ def test_config_rewrite_in_place_keeps_interpolations_structure_and_flags():
     assert OmegaConf.is_readonly(config) and OmegaConf.is_struct(config)
 
 
-def test_default_config_points_at_the_shipped_assets():
+def test_demo_config_points_at_the_shipped_assets():
     from hydra import compose, initialize_config_dir
 
     import verl
+    from verl.demo.default_run import apply_builtin_demo
 
     with initialize_config_dir(os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None):
         config = compose(config_name="ppo_trainer")
+    apply_builtin_demo(config, set())
     resolve_builtin_paths(config)
     assert config.data.train_files == os.path.join(ASSET_ROOT, "arithmetic", "train.parquet")
     assert config.actor_rollout_ref.model.path == os.path.join(ASSET_ROOT, "default_model")

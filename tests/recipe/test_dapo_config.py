@@ -69,8 +69,8 @@ def test_entropy_yaml_repeats_the_dapo_keys():
         (["data.train_batch_size=8", "data.gen_batch_size=4"], r"data\.gen_batch_size=4 must be >= data\.train_batch"),
         (["algorithm.filter_groups.enable=True"], r"algorithm\.filter_groups\.metric=None"),
         (
-            ["reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=8"],
-            r"reward_model\.overlong_buffer\.len=8 must be > 0 and < data\.max_response_length=8",
+            ["reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=512"],
+            r"reward_model\.overlong_buffer\.len=512 must be > 0 and < data\.max_response_length=512",
         ),
         (
             [

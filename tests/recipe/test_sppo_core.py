@@ -129,11 +129,15 @@ def _compose(overrides):
 
 def test_default_config_passes_and_uses_the_sppo_keys():
     from recipe.sppo.config_check import check_sppo_config
+    from verl.demo.assets import resolve_builtin_paths
+    from verl.demo.default_run import apply_builtin_demo
 
     config = _compose([])
     assert config.algorithm.adv_estimator is None and config.actor_rollout_ref.actor.policy_loss.loss_mode == "sppo"
     assert config.actor_rollout_ref.actor.sppo_eta == 1.0 and config.algorithm.sppo_eta == 1.0
-    check_sppo_config(config)  # builtin model and data: files exist
+    apply_builtin_demo(config, set())  # the built-in model and data: files exist
+    assert config.algorithm.adv_estimator is None  # the recipe's own value, not the demo's grpo
+    check_sppo_config(resolve_builtin_paths(config))
 
 
 def test_main_ppo_still_refuses_a_null_estimator():

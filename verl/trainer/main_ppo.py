@@ -16,6 +16,7 @@ import hydra
 from omegaconf import OmegaConf, open_dict
 
 from verl.demo.assets import resolve_builtin_paths
+from verl.demo.default_run import apply_builtin_demo, command_line_keys, describe_choices
 from verl.trainer.config import PPOConfig
 from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
 from verl.trainer.ppo.reward import load_reward_manager
@@ -37,6 +38,12 @@ _RAY_ENV = {
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
 def main(config) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    # verl's defaults unless the run names no data and no model: then the built-in demo (verl/demo/default_run.py)
+    chosen = apply_builtin_demo(config, command_line_keys(HydraConfig.get().overrides.task))
+    if chosen:
+        print(describe_choices(chosen), flush=True)
     run_ppo(config)
 
 

@@ -31,6 +31,7 @@ def prime_overrides(ws: dict, steps: int = 2, workers: int = 1) -> list[str]:
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "reward_model.model.optim.lr=1e-2",

@@ -131,7 +131,8 @@ def test_bad_prime_keys_are_refused_naming_the_key(override, message):
 def test_main_prime_refuses_a_bad_key_before_ray_starts(tmp_path):
     env = dict(os.environ, RAY_ADDRESS="")
     result = subprocess.run(
-        [sys.executable, "-m", "recipe.prime.main_prime", "data.accuracy_lower_bound=0.9"],
+        [sys.executable, "-m", "recipe.prime.main_prime", *_script_overrides("run_prime_cpu.sh")]
+        + ["data.accuracy_lower_bound=0.9"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

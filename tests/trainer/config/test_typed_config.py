@@ -23,7 +23,7 @@ def test_every_dataclass_default_equals_the_yaml():
 def test_default_yaml_builds_with_no_extra_keys():
     cfg = PPOConfig.from_config(_compose())
     assert_no_extra_keys(cfg)
-    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-4)
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-6)
     assert cfg.critic.rollout_n == cfg.actor_rollout_ref.rollout.n  # interpolations are resolved
 
 
@@ -87,7 +87,7 @@ def test_workers_take_a_private_typed_copy():
     section = PPOConfig.from_config(_compose()).actor_rollout_ref
     copy = typed_section(section, ActorRolloutRefConfig)
     copy.actor.ppo_mini_batch_size = 1
-    assert section.actor.ppo_mini_batch_size == 32 and copy is not section
+    assert section.actor.ppo_mini_batch_size == 256 and copy is not section
     from_dict = typed_section(_compose().actor_rollout_ref, ActorRolloutRefConfig)
     assert isinstance(from_dict, ActorRolloutRefConfig) and from_dict == section
 

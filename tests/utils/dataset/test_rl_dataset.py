@@ -117,6 +117,12 @@ def test_filter_overlong_prompts(tmp_path, tokenizer):
     assert len(RLHFDataset(path, tokenizer, _config(filter_overlong_prompts=False))) == 4
 
 
+def test_filter_that_drops_every_row_names_the_files_and_the_limit(tmp_path, tokenizer):
+    path = _write_parquet(tmp_path / "d.parquet", ["b" * 14, "d" * 50])
+    with pytest.raises(ValueError, match=r"dropped all 2 rows of .*d\.parquet.*max_prompt_length=32.*shortest .* 33"):
+        RLHFDataset(path, tokenizer, _config(filter_overlong_prompts=True))
+
+
 def test_several_files_concatenate_and_missing_file(tmp_path, tokenizer):
     a = _write_parquet(tmp_path / "a.parquet", ["x", "y"])
     b = _write_parquet(tmp_path / "b.parquet", ["z"])

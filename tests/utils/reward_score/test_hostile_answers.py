@@ -66,6 +66,21 @@ def test_no_rule_evaluates_a_hostile_answer(data_source, tmp_path):
         assert not mark.exists(), f"{data_source} ran model output: {response[:120]!r}"
 
 
+def test_math_verify_never_evaluates_a_hostile_answer(tmp_path):
+    """The math_verify scorer (a reward function users pick by hand) reads answers with math-verify's parsers."""
+    pytest.importorskip("math_verify")
+    from verl.utils.reward_score import math_verify
+
+    mark = tmp_path / "pwned"
+    # every code payload in every answer form; the size bombs only boxed (math-verify's own timeout bounds them)
+    code = [form.format(p.format(mark=mark)) for p in CODE_PAYLOADS for form in FORMS]
+    for response in code + ["\\boxed{" + bomb + "}" for bomb in BOMBS]:
+        start = time.monotonic()
+        assert math_verify.compute_score(response, "x^2 - 1") == 0.0, response[:80]
+        assert time.monotonic() - start < BOUND_S, response[:80]
+        assert not mark.exists(), f"math_verify ran model output: {response[:120]!r}"
+
+
 def test_the_code_rule_runs_model_code_only_inside_the_sandbox(tmp_path):
     mark = tmp_path / "pwned"
     cases = json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})

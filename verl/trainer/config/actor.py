@@ -34,9 +34,9 @@ class ActorConfig(BaseConfig):
     HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("use_remove_padding", "use_fused_kernels")
 
     strategy: str = "fsdp"
-    ppo_mini_batch_size: int = 32
+    ppo_mini_batch_size: int = 256
     ppo_micro_batch_size: int | None = None
-    ppo_micro_batch_size_per_gpu: int | None = 64
+    ppo_micro_batch_size_per_gpu: int | None = None
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     grad_clip: float = 1.0
@@ -81,7 +81,7 @@ class RefConfig(BaseConfig):
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     use_torch_compile: bool = True
     log_prob_micro_batch_size: int | None = None
-    log_prob_micro_batch_size_per_gpu: int | None = 64
+    log_prob_micro_batch_size_per_gpu: int | None = None
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     ulysses_sequence_parallel_size: int = 1

@@ -46,7 +46,7 @@ class AlgoConfig(BaseConfig):
 
     gamma: float = 1.0
     lam: float = 1.0
-    adv_estimator: str | None = "grpo"  # null only for a recipe with its own advantage step (SPPO)
+    adv_estimator: str | None = "gae"  # null only for a recipe with its own advantage step (SPPO)
     norm_adv_by_std_in_grpo: bool = True
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"

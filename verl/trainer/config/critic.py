@@ -16,15 +16,15 @@ __all__ = ["CriticConfig"]
 class CriticConfig(BaseConfig):
     """`critic`. The worker rewrites the batch sizes to per-rank values at start-up."""
 
-    rollout_n: int = 8
+    rollout_n: int = 1
     strategy: str = "fsdp"
     optim: CriticOptimConfig = field(default_factory=CriticOptimConfig)
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
-    ppo_mini_batch_size: int = 32
+    ppo_mini_batch_size: int = 256
     ppo_micro_batch_size: int | None = None
-    ppo_micro_batch_size_per_gpu: int | None = 64
+    ppo_micro_batch_size_per_gpu: int | None = None
     forward_micro_batch_size: int | None = None
-    forward_micro_batch_size_per_gpu: int | None = 64
+    forward_micro_batch_size_per_gpu: int | None = None
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 32768
     forward_max_token_len_per_gpu: int = 32768

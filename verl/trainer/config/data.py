@@ -34,13 +34,13 @@ class DataConfig(BaseConfig):
 
     tokenizer: str | None = None
     use_shm: bool = False
-    train_files: str | list[str] = "builtin://arithmetic/train.parquet"
-    val_files: str | list[str] = "builtin://arithmetic/test.parquet"
+    train_files: str | list[str] = "~/data/rlhf/gsm8k/train.parquet"
+    val_files: str | list[str] = "~/data/rlhf/gsm8k/test.parquet"
     prompt_key: str = "prompt"
     reward_fn_key: str = "data_source"
-    max_prompt_length: int = 32
-    max_response_length: int = 8
-    train_batch_size: int = 32
+    max_prompt_length: int = 512
+    max_response_length: int = 512
+    train_batch_size: int = 1024
     val_batch_size: int | None = None
     return_raw_input_ids: bool = False
     return_raw_chat: bool = False

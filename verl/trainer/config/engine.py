@@ -42,7 +42,7 @@ class OptimConfig(BaseConfig):
 
     HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("betas",)
 
-    lr: float = 1e-4
+    lr: float = 1e-6
     lr_warmup_steps: int = -1
     lr_warmup_steps_ratio: float = 0.0
     min_lr_ratio: float | None = 0.0

@@ -21,7 +21,7 @@ class FusedKernelOptions(BaseConfig):
 class HFModelConfig(BaseConfig):
     """`actor_rollout_ref.model`: the policy model (actor, rollout and reference load the same one)."""
 
-    path: str = "builtin://default_model"
+    path: str = "~/models/deepseek-llm-7b-chat"
     custom_chat_template: str | None = None
     use_shm: bool = False
     external_lib: str | list[str] | None = None
@@ -46,9 +46,9 @@ class HFModelConfig(BaseConfig):
 class CriticModelConfig(BaseConfig):
     """`critic.model`: the value model (a token-classification head with one label)."""
 
-    path: str = "builtin://default_model"
+    path: str = "~/models/deepseek-llm-7b-chat"
     use_shm: bool = False
-    tokenizer_path: str | None = "builtin://default_model"
+    tokenizer_path: str | None = "~/models/deepseek-llm-7b-chat"
     override_config: dict = field(default_factory=dict)
     external_lib: str | list[str] | None = None
     enable_gradient_checkpointing: bool = True
@@ -69,7 +69,7 @@ class CriticModelConfig(BaseConfig):
 class RewardModelModelConfig(BaseConfig):
     """`reward_model.model`: a sequence-scoring model."""
 
-    input_tokenizer: str | None = "builtin://default_model"
+    input_tokenizer: str | None = "~/models/deepseek-llm-7b-chat"
     path: str = "~/models/FsfairX-LLaMA3-RM-v0.1"
     use_shm: bool = False
     external_lib: str | list[str] | None = None

@@ -70,14 +70,14 @@ class RolloutConfig(BaseConfig):
         "kv_cache_sequences",
     )
 
-    name: str = "hf"
+    name: str = "vllm"
     mode: str = "sync"
     temperature: float = 1.0
     top_k: int = -1
     top_p: float = 1.0
     use_fire_sampling: bool = False
-    prompt_length: int = 32
-    response_length: int = 8
+    prompt_length: int = 512
+    response_length: int = 512
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.5
     ignore_eos: bool = False
@@ -85,18 +85,18 @@ class RolloutConfig(BaseConfig):
     free_cache_engine: bool = True
     load_format: str = "dummy_dtensor"
     layered_summon: bool = False
-    tensor_model_parallel_size: int = 1
+    tensor_model_parallel_size: int = 2
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None
     max_num_seqs: int = 1024
     log_prob_micro_batch_size: int | None = None
-    log_prob_micro_batch_size_per_gpu: int | None = 64
+    log_prob_micro_batch_size_per_gpu: int | None = None
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     disable_log_stats: bool = True
     enable_chunked_prefill: bool = True
     do_sample: bool = True
-    n: int = 8
+    n: int = 1
     multi_stage_wake_up: bool = False
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)

@@ -18,7 +18,7 @@ class TrainerConfig(BaseConfig):
 
     balance_batch: bool = True
     total_epochs: int = 30
-    total_training_steps: int | None = 60
+    total_training_steps: int | None = None
     profile_steps: list[int] | None = None
     controller_nsight_options: dict = field(
         default_factory=lambda: {
@@ -38,27 +38,27 @@ class TrainerConfig(BaseConfig):
         }
     )
     project_name: str = "verl_examples"
-    experiment_name: str = "arithmetic"
-    logger: str | list[str] = field(default_factory=lambda: ["console"])
+    experiment_name: str = "gsm8k"
+    logger: str | list[str] = field(default_factory=lambda: ["console", "wandb"])
     log_val_generations: int = 0
     rollout_data_dir: str | None = None
     validation_data_dir: str | None = None
     nnodes: int = 1
-    n_gpus_per_node: int = 2
+    n_gpus_per_node: int = 8
     save_freq: int = -1
     resume_mode: str = "auto"
     resume_from_path: str | None = None
     val_before_train: bool = True
     val_only: bool = False
-    test_freq: int = 5
+    test_freq: int = -1
     critic_warmup: int = 0
     default_hdfs_dir: str | None = None
     del_local_ckpt_after_load: bool = False
-    default_local_dir: str = "checkpoints/verl_examples/arithmetic"
+    default_local_dir: str = "checkpoints/verl_examples/gsm8k"
     max_actor_ckpt_to_keep: int | None = None
     max_critic_ckpt_to_keep: int | None = None
     ray_wait_register_center_timeout: int = 300
-    device: str = "auto"
+    device: str = "cuda"
     console_format: str = "compact"
     run_report: bool = True
     # hidden (deprecated in verl): keep only the newest checkpoint, as max_*_ckpt_to_keep=1

@@ -186,13 +186,20 @@ class RLHFDataset(Dataset):
         """Drop rows whose templated prompt exceeds ``max_prompt_length`` tokens (when ``filter_overlong_prompts``)."""
         if not self.filter_overlong_prompts:
             return dataframe
-        before = len(dataframe)
+        before, dataframe_before = len(dataframe), dataframe
         dataframe = dataframe.filter(
             lambda row: self._prompt_length(row) <= self.max_prompt_length,
             num_proc=self.num_workers if self.num_workers > 1 else None,
             desc=f"Filtering prompts longer than {self.max_prompt_length} tokens",
         )
         logger.info("filtered dataset len: %d (dropped %d)", len(dataframe), before - len(dataframe))
+        if before and not len(dataframe):
+            shortest = min(self._prompt_length(row) for row in dataframe_before.select(range(min(before, 64))))
+            raise ValueError(
+                f"data.filter_overlong_prompts=True dropped all {before} rows of {self.data_files}: every templated "
+                f"prompt is longer than data.max_prompt_length={self.max_prompt_length} tokens (the shortest of "
+                f"the first {min(before, 64)} has {shortest}); raise data.max_prompt_length or shorten the prompts"
+            )
         return dataframe
 
     def resume_dataset_state(self) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import selectors
 import shutil
@@ -47,7 +48,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-__all__ = ["SandboxResult", "run_python", "isolation_layers", "STATUSES"]
+from verl.utils.sandbox.policy import check_isolation, minimum_from
+
+__all__ = ["SandboxResult", "run_python", "isolation_layers", "ensure_isolation", "STATUSES"]
+
+logger = logging.getLogger(__name__)
 
 STATUSES = ("ok", "runtime_error", "timeout", "memory_error", "blocked", "sandbox_error")
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
@@ -207,11 +212,19 @@ def run_python(
     file_size_mb: int = 64,
     max_processes: int = 64,
     guard: bool = True,
+    min_isolation=None,
 ) -> SandboxResult:
     """Run ``code`` as ``__main__`` in a confined child interpreter fed ``stdin``; never raises for what it does.
 
     stdout keeps its first ``max_output_chars`` characters, stderr its last (then the sandbox's
-    own message, if any). ``guard=False`` leaves out the audit hook (only the kernel layers and limits apply)."""
+    own message, if any). ``guard=False`` leaves out the audit hook (only the kernel layers and limits apply).
+    Raises ``SandboxIsolationError`` (and runs nothing) when this machine gives less isolation than
+    ``min_isolation`` (requirement names, see ``policy``; default ``$VERL_SANDBOX_MIN_ISOLATION`` or all four)."""
+    ensure_isolation(min_isolation)
+    return _run_program(code, stdin, timeout_s, memory_mb, max_output_chars, file_size_mb, max_processes, guard)
+
+
+def _run_program(code, stdin, timeout_s, memory_mb, max_output_chars, file_size_mb, max_processes, guard):
     for name, value in (("timeout_s", timeout_s), ("memory_mb", memory_mb), ("file_size_mb", file_size_mb)):
         _check_positive(name, value)
     if not isinstance(max_output_chars, int) or max_output_chars < 0:
@@ -304,4 +317,13 @@ def _run_in(
 @functools.lru_cache(maxsize=1)
 def isolation_layers() -> tuple[str, ...]:
     """The layers a run gets on this machine (probed once by running an empty program)."""
-    return run_python("pass", timeout_s=30).layers
+    layers = _run_program("pass", "", 30, 1024, 0, 64, 64, True).layers
+    logger.warning("local sandbox: model-written code runs under these isolation layers here: %s", ", ".join(layers))
+    return layers
+
+
+def ensure_isolation(min_isolation=None) -> tuple[str, ...]:
+    """The layers a run gets here; raises ``SandboxIsolationError`` naming what is missing from the minimum."""
+    layers = isolation_layers()
+    check_isolation(layers, minimum_from(min_isolation))
+    return layers

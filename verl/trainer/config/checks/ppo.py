@@ -385,11 +385,14 @@ def _check_trainer(config, ctx: _Context) -> None:
 
 def _check_device(config, ctx: _Context) -> None:
     requested = _choice(config, "trainer.device", DEVICES)
-    if not ctx.check_device or requested in ("auto", "cpu"):
-        return
     # A driver on a CPU-only head node may steer GPU workers elsewhere in the cluster: only a single-node job
     # started from this machine can be checked locally.
-    if _get(config, "trainer.nnodes") > 1 or os.environ.get("RAY_ADDRESS"):
+    if not ctx.check_device or _get(config, "trainer.nnodes") > 1 or os.environ.get("RAY_ADDRESS"):
+        return
+    if resolve_device_name(requested) == "cpu":
+        _check_cpu_workers(config)
+        return
+    if requested == "auto":
         return
     from verl.utils.device import device_exists, get_torch_device
 
@@ -404,6 +407,17 @@ def _check_device(config, ctx: _Context) -> None:
         raise ConfigError(
             f"trainer.n_gpus_per_node={per_node} but this machine has {count} {requested} device(s); "
             f"expected <= {count}"
+        )
+
+
+def _check_cpu_workers(config) -> None:
+    """On CPU each "GPU" is a worker process: more processes than cores only thrash (verl's default is 8)."""
+    per_node = _get(config, "trainer.n_gpus_per_node")
+    cores = os.cpu_count() or 1
+    if per_node > cores:
+        raise ConfigError(
+            f"trainer.n_gpus_per_node={per_node} worker processes on CPU, but this machine has {cores} core(s); "
+            f"set trainer.n_gpus_per_node to at most {cores} (and batch sizes divisible by it)"
         )
 
 
