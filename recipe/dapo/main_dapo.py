@@ -6,18 +6,17 @@ checks, before Ray starts.
 
 from __future__ import annotations
 
-import inspect
-
 import hydra
 
 from verl.trainer.config import ConfigError, PPOConfig
-from verl.trainer.main_ppo import run_ppo
+from verl.trainer.main_ppo import apply_demo_for_command_line, run_ppo
 
 __all__ = ["check_dapo_config", "main", "run_dapo"]
 
 
 @hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
 def main(config) -> None:
+    apply_demo_for_command_line(config)  # no data and no model: the built-in demo
     run_dapo(config)
 
 
@@ -29,20 +28,11 @@ def run_dapo(config, trainer_cls=None) -> None:
     run_ppo(config, trainer_cls=trainer_cls or RayDAPOTrainer)
 
 
-def _accepts_overlong_buffer(manager: str) -> bool:
-    from verl.workers.reward_manager import get_reward_manager_cls
-
-    try:
-        cls = get_reward_manager_cls(manager)
-    except ValueError:
-        return True  # an unknown manager is reported by the PPO checks
-    return "overlong_buffer_cfg" in inspect.signature(cls.__init__).parameters
-
-
 def check_dapo_config(config) -> None:
-    """Refuse bad DAPO keys (``algorithm.filter_groups``, ``data.gen_batch_size``, ``reward_model.overlong_buffer``)
-    with a ConfigError naming the key, the value and what is expected. Wrong types fail when the typed config is
-    built; the filter metric's name is checked once the first batch is scored (it may be any reward extra info)."""
+    """Refuse bad DAPO keys (``algorithm.filter_groups``, ``data.gen_batch_size``) with a ConfigError naming the key,
+    the value and what is expected (``reward_model.overlong_buffer`` is a main_ppo key, checked with the others).
+    Wrong types fail when the typed config is built; the filter metric's name is checked once the first batch is
+    scored (it may be any reward extra info)."""
     try:
         cfg = PPOConfig.from_config(config)
     except TypeError as exc:
@@ -60,21 +50,6 @@ def check_dapo_config(config) -> None:
             f"algorithm.filter_groups.metric={groups.metric!r}: filtering is enabled and needs the name of a "
             "per-response value: acc, score, seq_reward, seq_final_reward or another reward extra info"
         )
-    buffer = cfg.reward_model.overlong_buffer
-    if buffer.enable:
-        if not 0 < buffer.len < data.max_response_length:
-            errors.append(
-                f"reward_model.overlong_buffer.len={buffer.len} must be > 0 and < data.max_response_length="
-                f"{data.max_response_length} (the buffer is the last len tokens of the response budget)"
-            )
-        if buffer.penalty_factor < 0:
-            errors.append(f"reward_model.overlong_buffer.penalty_factor={buffer.penalty_factor} must be >= 0")
-        manager = cfg.reward_model.reward_manager
-        if not _accepts_overlong_buffer(manager):
-            errors.append(
-                f"reward_model.overlong_buffer.enable=True needs a reward manager that applies it (dapo); "
-                f"reward_model.reward_manager={manager!r} does not"
-            )
     if len(errors) == 1:
         raise ConfigError(errors[0])
     if errors:
@@ -82,4 +57,6 @@ def check_dapo_config(config) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from verl.utils.hydra_overrides import run_hydra_entry
+
+    run_hydra_entry(main)  # verl's `+key=value` for keys this YAML has

@@ -11,6 +11,7 @@ import hydra
 
 from recipe.dapo.main_dapo import run_dapo
 from verl.trainer.config import ConfigError, PPOConfig
+from verl.trainer.main_ppo import apply_demo_for_command_line
 
 __all__ = ["ENTROPY_LOSS_MODES", "check_entropy_config", "main", "run_entropy"]
 
@@ -19,6 +20,7 @@ ENTROPY_LOSS_MODES = ("clip_cov", "kl_cov", "vanilla")
 
 @hydra.main(config_path="config", config_name="entropy_trainer", version_base=None)
 def main(config) -> None:
+    apply_demo_for_command_line(config)  # no data and no model: the built-in demo
     run_entropy(config)
 
 
@@ -51,4 +53,6 @@ def run_entropy(config) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from verl.utils.hydra_overrides import run_hydra_entry
+
+    run_hydra_entry(main)  # verl's `+key=value` for keys this YAML has

@@ -9,13 +9,14 @@ from __future__ import annotations
 import hydra
 
 from recipe.prime.prime_config import check_prime_config
-from verl.trainer.main_ppo import build_trainer, prepare_config, train_in_ray
+from verl.trainer.main_ppo import apply_demo_for_command_line, build_trainer, prepare_config, train_in_ray
 
 __all__ = ["build_prime_trainer", "main", "prepare_prime_config", "run_prime"]
 
 
 @hydra.main(config_path="config", config_name="prime_trainer", version_base=None)
 def main(config) -> None:
+    apply_demo_for_command_line(config)  # no data and no model: the built-in demo
     run_prime(config)
 
 
@@ -44,4 +45,6 @@ def run_prime(config) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from verl.utils.hydra_overrides import run_hydra_entry
+
+    run_hydra_entry(main)  # verl's `+key=value` for keys this YAML has

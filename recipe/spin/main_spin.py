@@ -11,13 +11,14 @@ from omegaconf import OmegaConf
 
 from recipe.spin.core_algos import DPO_LOSS_TYPES, PAIR_STRATEGIES
 from verl.trainer.config import ConfigError, PPOConfig
-from verl.trainer.main_ppo import build_trainer, prepare_config, train_in_ray
+from verl.trainer.main_ppo import apply_demo_for_command_line, build_trainer, prepare_config, train_in_ray
 
 __all__ = ["build_spin_trainer", "check_spin_config", "main", "prepare_spin_config", "run_spin"]
 
 
 @hydra.main(config_path="config", config_name="spin_trainer", version_base=None)
 def main(config) -> None:
+    apply_demo_for_command_line(config)  # no data and no model: the built-in demo
     run_spin(config)
 
 
@@ -112,4 +113,6 @@ def run_spin(config) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from verl.utils.hydra_overrides import run_hydra_entry
+
+    run_hydra_entry(main)  # verl's `+key=value` for keys this YAML has

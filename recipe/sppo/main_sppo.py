@@ -13,13 +13,14 @@ from omegaconf import open_dict
 from recipe.sppo.config_check import check_sppo_config
 from verl.demo.assets import resolve_builtin_paths
 from verl.trainer.config.checks.ppo import resolve_device_name
-from verl.trainer.main_ppo import train_in_ray
+from verl.trainer.main_ppo import apply_demo_for_command_line, train_in_ray
 
 __all__ = ["main", "prepare_sppo_config", "recipe_classes", "run_sppo"]
 
 
 @hydra.main(config_path="config", config_name="sppo_trainer", version_base=None)
 def main(config) -> None:
+    apply_demo_for_command_line(config)  # no data and no model: the built-in demo
     run_sppo(config)
 
 
@@ -46,4 +47,6 @@ def run_sppo(config) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from verl.utils.hydra_overrides import run_hydra_entry
+
+    run_hydra_entry(main)  # verl's `+key=value` for keys this YAML has

@@ -15,6 +15,7 @@ from tests.recipe.dapo_utils import compose_recipe_config
 from verl import DataProto
 from verl.demo.tiny_model import shipped_tokenizer_path
 from verl.trainer.config import ConfigError, PPOConfig
+from verl.trainer.config.checks.ppo import check_ppo_config
 from verl.trainer.ppo.reward import compute_reward_async, load_reward_manager
 from verl.utils.tokenizer import hf_tokenizer
 
@@ -68,9 +69,19 @@ def test_entropy_yaml_repeats_the_dapo_keys():
         (["data.gen_batch_size=many"], r"data\.gen_batch_size='many'"),
         (["data.train_batch_size=8", "data.gen_batch_size=4"], r"data\.gen_batch_size=4 must be >= data\.train_batch"),
         (["algorithm.filter_groups.enable=True"], r"algorithm\.filter_groups\.metric=None"),
+    ],
+)
+def test_bad_recipe_keys_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_dapo_config(dapo(overrides))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
         (
             ["reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=512"],
-            r"reward_model\.overlong_buffer\.len=512 must be > 0 and < data\.max_response_length=512",
+            r"reward_model\.overlong_buffer\.len=512 must be > 0 and\s+< data\.max_response_length=512",
         ),
         (
             [
@@ -82,9 +93,10 @@ def test_entropy_yaml_repeats_the_dapo_keys():
         ),
     ],
 )
-def test_bad_recipe_keys_are_refused(overrides, message):
+def test_a_bad_overlong_buffer_is_refused_by_the_ppo_check(overrides, message):
+    """overlong_buffer is a main_ppo key (the dapo reward manager applies it), so the PPO check refuses it."""
     with pytest.raises(ConfigError, match=message):
-        check_dapo_config(dapo(overrides))
+        check_ppo_config(dapo(overrides), check_paths=False, check_device=False)
 
 
 def test_cli_refuses_a_bad_key_before_ray_starts(tmp_path):

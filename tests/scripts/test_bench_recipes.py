@@ -23,7 +23,7 @@ def _config_of(module: str) -> tuple[str, str]:
 def test_variant_overrides_compose(name, tmp_path):
     module, overrides = bench.VARIANTS[name]
     config_dir, config_name = _config_of(module)
-    common = ["trainer.total_training_steps=4", "+data.seed=7", "+actor_rollout_ref.rollout.seed=7"]
+    common = ["trainer.total_training_steps=4", "++data.seed=7", "++actor_rollout_ref.rollout.seed=7"]
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         cfg = compose(config_name=config_name, overrides=[*overrides, *common])
     assert cfg.data.seed == 7 and cfg.actor_rollout_ref.rollout.seed == 7

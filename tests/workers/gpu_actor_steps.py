@@ -76,7 +76,7 @@ def worker_config(args):
         f"data.max_response_length={RESPONSE_LEN}",
     ]
     if args.param_dtype:
-        overrides.append(f"+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={args.param_dtype}")
+        overrides.append(f"actor_rollout_ref.actor.fsdp_config.mixed_precision={{param_dtype: {args.param_dtype}}}")
     return compose_config(overrides).actor_rollout_ref
 
 

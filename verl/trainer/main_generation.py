@@ -183,4 +183,6 @@ def run_generation(config, worker_group_cls=None) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
-    main()
+    from verl.utils.hydra_overrides import run_hydra_entry
+
+    run_hydra_entry(main)  # verl's `+key=value` for keys this YAML has

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf, open_dict
 
 from verl.demo.assets import resolve_builtin_paths
 from verl.demo.default_run import apply_builtin_demo, command_line_keys, describe_choices
-from verl.trainer.config import PPOConfig
+from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
 from verl.trainer.ppo.reward import load_reward_manager
 from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
@@ -38,13 +38,18 @@ _RAY_ENV = {
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
 def main(config) -> None:
+    apply_demo_for_command_line(config)
+    run_ppo(config)
+
+
+def apply_demo_for_command_line(config) -> None:
+    """verl's defaults, unless this Hydra run names no data and no model: then the built-in demo's values
+    (``verl/demo/default_run.py``), each where the command line leaves the key alone, printed. For entry points."""
     from hydra.core.hydra_config import HydraConfig
 
-    # verl's defaults unless the run names no data and no model: then the built-in demo (verl/demo/default_run.py)
     chosen = apply_builtin_demo(config, command_line_keys(HydraConfig.get().overrides.task))
     if chosen:
         print(describe_choices(chosen), flush=True)
-    run_ppo(config)
 
 
 def prepare_config(config) -> None:
@@ -79,6 +84,11 @@ def ray_init_kwargs(config) -> dict:
 def run_ppo(config, trainer_cls=None) -> None:
     """Validate, start Ray (unless already running), and train (see :func:`train_in_ray`); ``trainer_cls`` is a
     recipe's RayPPOTrainer subclass (default RayPPOTrainer)."""
+    if trainer_cls is None and PPOConfig.from_config(config).algorithm.filter_groups.enable:
+        raise ConfigError(
+            "algorithm.filter_groups.enable=True: dynamic sampling is the DAPO trainer's (RayPPOTrainer does not "
+            "sample dynamically); run python -m recipe.dapo.main_dapo, or set it False"
+        )
     prepare_config(config)
     train_in_ray(config, trainer_cls=trainer_cls)
 
@@ -243,4 +253,6 @@ def __getattr__(name: str):
 
 
 if __name__ == "__main__":
-    main()
+    from verl.utils.hydra_overrides import run_hydra_entry
+
+    run_hydra_entry(main)  # verl's `+key=value` for keys this YAML has

@@ -110,6 +110,11 @@ NOT_READ_HERE: dict[str, str] = {
     "trainer.del_local_ckpt_after_load": "on resume (tests/trainer/test_resume_e2e.py)",
     "trainer.console_format": "read from the tracker's config dict (test_console_line::test_console_tracker_*)",
     "ray_init.timeline_json_file": "under Ray only (run_ppo writes ray.timeline)",
+    f"{A}.profiler.save_path": "with trainer.profile_steps (tests/workers/roles/test_phases.py, test_debug_timer)",
+    "algorithm.filter_groups.*": "enable=True refused by main_ppo.run_ppo; read by recipe.dapo (test_dapo_e2e.py)",
+    "reward_model.overlong_buffer.*": "with reward_manager=dapo, else enable=True is refused (checks.ppo; "
+    "test_reward_managers::test_dapo_overlong_penalty_and_eos_strip)",
+    "reward_model.truncation": "re-templating for the RM's own tokenizer (" + _RM_TEMPLATE + ")",
 }
 # read only by the vLLM run: excused (covered by tests/workers/rollout/test_vllm_*.py) where vllm is not installed
 VLLM_ONLY: frozenset[str] = frozenset(

@@ -224,12 +224,28 @@ def test_interpolations_follow_their_source():
     assert list(cfg.actor_rollout_ref.actor.checkpoint.load_contents) == ["model"]
 
 
-def test_new_keys_need_plus_and_hidden_keys_are_absent():
-    # Hidden keys read with .get() stay out of the yaml so verl command lines that add them with '+' keep working.
-    cfg = _compose("ppo_trainer", ["+data.gen_batch_size=16", "+actor_rollout_ref.actor.optim.betas=[0.9,0.99]"])
-    assert cfg.data.gen_batch_size == 16
+def test_verl_plus_overrides_of_code_default_keys_keep_working():
+    """verl reads data.gen_batch_size, optim.betas, ... with code defaults, so its command lines add them with '+';
+    here they are YAML entries, and the entry points read '+key=value' as '++key=value'."""
     from hydra.errors import ConfigCompositionException
 
+    from verl.utils.hydra_overrides import verl_command_line
+
+    verl_args = ["+data.gen_batch_size=16", "+actor_rollout_ref.actor.optim.betas=[0.9,0.99]", "+a=b", "x.y=1"]
+    assert verl_command_line(verl_args) == [
+        "++data.gen_batch_size=16",
+        "++actor_rollout_ref.actor.optim.betas=[0.9,0.99]",
+        "+a=b",
+        "x.y=1",
+    ]
+    with pytest.raises(ConfigCompositionException):  # what Hydra alone does with verl's '+' on a YAML key
+        _compose("ppo_trainer", verl_args[:1])
+    cfg = _compose(
+        "ppo_trainer",
+        verl_command_line(verl_args[:2] + ["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"]),
+    )
+    assert cfg.data.gen_batch_size == 16 and list(cfg.actor_rollout_ref.actor.optim.betas) == [0.9, 0.99]
+    assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "bf16"
     with pytest.raises(ConfigCompositionException):
         _compose("ppo_trainer", ["data.not_a_key=1"])
 

@@ -45,14 +45,14 @@ def test_plus_overrides_keep_working_as_extra_keys():
     assert cfg.actor_rollout_ref.actor.get("my_recipe_coef") == 0.5
     assert cfg.algorithm.my_recipe.enable is True  # a nested extra section reads as it did on the DictConfig
     assert cfg.algorithm.to_dict()["my_recipe"] == {"enable": True}
-    # a hidden key is a declared field: +key sets it with its type checked
-    cfg = PPOConfig.from_config(_compose(["+data.gen_batch_size=64", "+actor_rollout_ref.rollout.seed=3"]))
+    # a key verl reads with a code default is a declared field with a YAML entry: its type is checked
+    cfg = PPOConfig.from_config(_compose(["data.gen_batch_size=64", "actor_rollout_ref.rollout.seed=3"]))
     assert cfg.data.gen_batch_size == 64 and cfg.data.generation_batch_size == 64
     assert cfg.actor_rollout_ref.rollout.seed == 3
-    cfg = PPOConfig.from_config(_compose(["+algorithm.filter_groups.enable=True"]))
+    cfg = PPOConfig.from_config(_compose(["algorithm.filter_groups.enable=True"]))
     assert cfg.algorithm.filter_groups.to_dict() == {"enable": True, "metric": None, "max_num_gen_batches": 0}
     with pytest.raises(TypeError, match=r"algorithm\.filter_groups\.max_num_gen_batches='ten'"):
-        PPOConfig.from_config(_compose(["+algorithm.filter_groups.max_num_gen_batches=ten"]))
+        PPOConfig.from_config(_compose(["algorithm.filter_groups.max_num_gen_batches=ten"]))
 
 
 def test_a_value_of_the_wrong_type_names_the_key():
@@ -97,7 +97,7 @@ def test_ray_init_kwargs_skip_the_dashboard_on_cpu_unless_asked():
 
     cpu = ray_init_kwargs(_compose(["trainer.device=cpu", "trainer.n_gpus_per_node=3"]))
     assert cpu["include_dashboard"] is False and cpu["num_cpus"] >= 4
-    assert ray_init_kwargs(_compose(["trainer.device=cpu", "+ray_init.include_dashboard=True"]))["include_dashboard"]
+    assert ray_init_kwargs(_compose(["trainer.device=cpu", "ray_init.include_dashboard=True"]))["include_dashboard"]
     gpu = ray_init_kwargs(_compose(["trainer.device=cuda"]))
     assert "include_dashboard" not in gpu and gpu["num_cpus"] is None
 

@@ -39,9 +39,9 @@ def yaml_mirror_problems(root_cls, config_name: str) -> list[str]:
     """Every way ``root_cls`` fails to mirror the resolved YAML.
 
     A YAML key must be a field whose default equals the YAML's value. A field some place of the YAML lacks must be
-    in its class's ``HIDDEN_KEYS`` (verl reads it with a code default) or be given where the same class is used
-    elsewhere (ref's fsdp_config lists fewer keys than the actor's). A ``HIDDEN_KEYS`` entry must name a field the
-    YAML really lacks everywhere (no stale entries).
+    in its class's ``DERIVED_KEYS`` (filled in by a worker from other keys, never set by a user) or be given where
+    the same class is used elsewhere (ref's fsdp_config lists fewer keys than the actor's). A ``DERIVED_KEYS`` entry
+    must name a field the YAML really lacks everywhere (no stale entries).
     """
     yaml = OmegaConf.to_container(compose_config(config_name), resolve=True)
     problems: list[str] = []
@@ -49,13 +49,13 @@ def yaml_mirror_problems(root_cls, config_name: str) -> list[str]:
     present: dict[type, set[str]] = {}
     _walk(root_cls, yaml, "", problems, missing, present)
     for cls, names in missing.items():
-        undocumented = names - present[cls] - set(getattr(cls, "HIDDEN_KEYS", ()))
+        undocumented = names - present[cls] - set(getattr(cls, "DERIVED_KEYS", ()))
         if undocumented:
-            problems.append(f"{cls.__name__} fields {sorted(undocumented)} are neither in the YAML nor HIDDEN_KEYS")
+            problems.append(f"{cls.__name__} fields {sorted(undocumented)} are neither in the YAML nor DERIVED_KEYS")
     for cls in present:
-        for name in getattr(cls, "HIDDEN_KEYS", ()):
+        for name in getattr(cls, "DERIVED_KEYS", ()):
             if name in present[cls] or name not in {f.name for f in dataclasses.fields(cls)}:
-                problems.append(f"{cls.__name__}.HIDDEN_KEYS lists {name!r}, which is in the YAML or not a field")
+                problems.append(f"{cls.__name__}.DERIVED_KEYS lists {name!r}, which is in the YAML or not a field")
     return problems
 
 

@@ -30,8 +30,8 @@ class PolicyLossConfig(BaseConfig):
 class ActorConfig(BaseConfig):
     """`actor_rollout_ref.actor`. The worker rewrites the batch sizes to per-rank values at start-up."""
 
-    # copied from actor_rollout_ref.model by the worker (verl's behaviour), not set in the YAML
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("use_remove_padding", "use_fused_kernels")
+    # not settings: the worker copies them from actor_rollout_ref.model (verl's behaviour); the check refuses them
+    DERIVED_KEYS: ClassVar[tuple[str, ...]] = ("use_remove_padding", "use_fused_kernels")
 
     strategy: str = "fsdp"
     ppo_mini_batch_size: int = 256
@@ -75,7 +75,7 @@ class ActorConfig(BaseConfig):
 class RefConfig(BaseConfig):
     """`actor_rollout_ref.ref`: the frozen reference policy (forward passes only)."""
 
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("use_remove_padding", "use_fused_kernels")
+    DERIVED_KEYS: ClassVar[tuple[str, ...]] = ("use_remove_padding", "use_fused_kernels")
 
     strategy: str = "fsdp"
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)

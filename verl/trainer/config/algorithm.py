@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from verl.utils.config import BaseConfig
 
@@ -42,8 +41,6 @@ class FilterGroupsConfig(BaseConfig):
 class AlgoConfig(BaseConfig):
     """`algorithm`."""
 
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("filter_groups",)
-
     gamma: float = 1.0
     lam: float = 1.0
     adv_estimator: str | None = "gae"  # null only for a recipe with its own advantage step (SPPO)
@@ -53,5 +50,4 @@ class AlgoConfig(BaseConfig):
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     use_pf_ppo: bool = False
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
-    # hidden (DAPO's YAML sets it): dynamic sampling, read by recipe.dapo's trainer
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)

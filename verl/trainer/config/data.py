@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from verl.utils.config import BaseConfig
 
@@ -21,16 +20,6 @@ class CustomClsConfig(BaseConfig):
 @dataclass
 class DataConfig(BaseConfig):
     """`data`."""
-
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = (
-        "gen_batch_size",
-        "dataloader_num_workers",
-        "seed",
-        "cache_dir",
-        "need_tools_kwargs",
-        "chat_template_func",
-        "filter_prompts",
-    )
 
     tokenizer: str | None = None
     use_shm: bool = False
@@ -55,20 +44,11 @@ class DataConfig(BaseConfig):
     bad_multimodal_rows: str = "error"
     trust_remote_code: bool = False
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
-    # hidden: prompts per generation batch (null: train_batch_size; DAPO's dynamic sampling sets it)
     gen_batch_size: int | None = None
-    # hidden: dataloader worker processes (0 loads in the trainer's process; verl uses 8 on GPU nodes)
     dataloader_num_workers: int = 0
-    # hidden: seed of the training sampler's shuffle
     seed: int = 1
-    # hidden: where remote (hdfs://) parquet files are copied
     cache_dir: str = "~/.cache/verl/rlhf"
-    # hidden: warn when a row lacks tools_kwargs (multi-turn tools)
     need_tools_kwargs: bool = False
-    # hidden: read by verl but unused
-    chat_template_func: str | None = None
-    # hidden: read by verl but unused
-    filter_prompts: bool = True
 
     @property
     def generation_batch_size(self) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from verl.utils.config import BaseConfig
 
@@ -21,8 +20,6 @@ class WrapPolicyConfig(BaseConfig):
 class FSDPConfig(BaseConfig):
     """`*.fsdp_config`: sharding, offload and prefetch of one FSDP model."""
 
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("model_dtype", "mixed_precision")
-
     wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
     param_offload: bool = False
     optimizer_offload: bool = False
@@ -30,17 +27,13 @@ class FSDPConfig(BaseConfig):
     reshard_after_forward: bool = True
     fsdp_size: int = -1
     forward_prefetch: bool = False
-    # hidden (not in the YAML; set with +...): parameter dtype at load (null: fp32 when trained or on CPU, else bf16)
     model_dtype: str | None = None
-    # hidden: FSDP mixed-precision dtypes {param_dtype, reduce_dtype, buffer_dtype}
     mixed_precision: dict | None = None
 
 
 @dataclass
 class OptimConfig(BaseConfig):
     """`actor.optim`: AdamW and its learning-rate schedule."""
-
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("betas",)
 
     lr: float = 1e-6
     lr_warmup_steps: int = -1
@@ -50,7 +43,6 @@ class OptimConfig(BaseConfig):
     warmup_style: str = "constant"
     total_training_steps: int = -1
     weight_decay: float = 0.01
-    # hidden: AdamW betas
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
 
     def warmup_steps(self) -> int:
@@ -63,9 +55,6 @@ class OptimConfig(BaseConfig):
 @dataclass
 class CriticOptimConfig(OptimConfig):
     """`critic.optim`: as the actor's, with verl's critic defaults."""
-
-    # the critic's YAML section lists fewer keys than the actor's; these keep the actor's code defaults
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("betas", "lr_warmup_steps", "num_cycles")
 
     lr: float = 1e-5
     # null: the cosine schedule's floor is 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from verl.trainer.config.model import RewardModelModelConfig
 from verl.utils.config import BaseConfig
@@ -35,8 +34,6 @@ class SandboxFusionConfig(BaseConfig):
 class RewardModelConfig(BaseConfig):
     """`reward_model`."""
 
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("reward_kwargs", "truncation", "overlong_buffer")
-
     enable: bool = False
     strategy: str = "fsdp"
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
@@ -50,9 +47,6 @@ class RewardModelConfig(BaseConfig):
     launch_reward_fn_async: bool = False
     sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    # hidden: keyword arguments of the reward manager's constructor
     reward_kwargs: dict = field(default_factory=dict)
-    # hidden: which side of a re-templated input longer than max_length is cut (left, right or error)
     truncation: str = "right"
-    # hidden (DAPO's YAML sets it): the overlong-buffer penalty of the dapo reward manager
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)

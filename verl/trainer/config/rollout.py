@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
@@ -61,15 +60,6 @@ class AgentLoopConfig(BaseConfig):
 class RolloutConfig(BaseConfig):
     """`actor_rollout_ref.rollout`. Any other key naming a vLLM `SamplingParams` attribute is passed to sampling."""
 
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = (
-        "seed",
-        "limit_images",
-        "micro_batch_size",
-        "cpu_num_threads",
-        "logprobs_mode",
-        "kv_cache_sequences",
-    )
-
     name: str = "vllm"
     mode: str = "sync"
     temperature: float = 1.0
@@ -104,18 +94,11 @@ class RolloutConfig(BaseConfig):
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     calculate_log_probs: bool = False
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    # hidden: base seed of sampling (the engine seed; per-step, per-rank seeds derive from it)
     seed: int = 0
-    # hidden: vLLM limit_mm_per_prompt for images
     limit_images: int | None = None
-    # hidden: HF rollout chunk size (null: the whole batch at once)
     micro_batch_size: int | None = None
-    # hidden: threads a vLLM CPU engine pins (null: leave vLLM's choice)
     cpu_num_threads: int | None = None
-    # hidden: which log-probs vLLM returns (processed_logprobs: after temperature / top-k / top-p)
     logprobs_mode: str = "processed_logprobs"
-    # hidden (ours): sequences a CPU engine's KV cache holds at once (null: max_num_seqs); the trainer sets it to
-    # one training generate call on a rank, prompts * n / workers, so the cache is sized by the batch
     kv_cache_sequences: int | None = None
 
     @property

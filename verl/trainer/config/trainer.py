@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from verl.utils.config import BaseConfig
 
@@ -13,8 +12,6 @@ __all__ = ["CustomRewardFunctionConfig", "RayInitConfig", "TrainerConfig"]
 @dataclass
 class TrainerConfig(BaseConfig):
     """`trainer`."""
-
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("remove_previous_ckpt_in_save",)
 
     balance_batch: bool = True
     total_epochs: int = 30
@@ -61,7 +58,6 @@ class TrainerConfig(BaseConfig):
     device: str = "cuda"
     console_format: str = "compact"
     run_report: bool = True
-    # hidden (deprecated in verl): keep only the newest checkpoint, as max_*_ckpt_to_keep=1
     remove_previous_ckpt_in_save: bool = False
 
     @property
@@ -74,11 +70,8 @@ class TrainerConfig(BaseConfig):
 class CustomRewardFunctionConfig(BaseConfig):
     """`custom_reward_function`: a user's `compute_score` that replaces the built-in rules."""
 
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("reward_kwargs",)
-
     path: str | None = None
     name: str = "compute_score"
-    # hidden: keyword arguments bound on every call
     reward_kwargs: dict = field(default_factory=dict)
 
 
@@ -86,10 +79,6 @@ class CustomRewardFunctionConfig(BaseConfig):
 class RayInitConfig(BaseConfig):
     """`ray_init`: arguments of `ray.init`."""
 
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("include_dashboard",)
-
     num_cpus: int | None = None
     timeline_json_file: str | None = None
-    # hidden (ours): start Ray's dashboard; null: not with trainer.device=cpu (its 11 processes take ~1.2 GB),
-    # Ray's default otherwise
     include_dashboard: bool | None = None

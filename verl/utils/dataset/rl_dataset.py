@@ -44,7 +44,11 @@ def collate_fn(data_list: list[dict]) -> dict:
 
 
 def _cfg_get(config, key: str, default):
-    """``config.get(key, default)`` for dict or OmegaConf configs (None means absent only for OmegaConf nulls)."""
+    """``config.get(key, default)`` for dict or OmegaConf configs (None means absent only for OmegaConf nulls).
+
+    The defaults passed here are verl's ``RLHFDataset`` defaults for a config that lacks the key (a dataset built
+    by hand from a partial dict, as verl's users do). The trainer always passes the whole ``data`` section, so a
+    run's values come from ppo_trainer.yaml, never from here."""
     return config.get(key, default) if config is not None else default
 
 
@@ -95,8 +99,6 @@ class RLHFDataset(Dataset):
         self.num_workers = min(max(1, int(workers)), cpu_count)
         self.use_shm = bool(_cfg_get(config, "use_shm", False))
         self.need_tools_kwargs = bool(_cfg_get(config, "need_tools_kwargs", False))
-        self.chat_template_func = _cfg_get(config, "chat_template_func", None)
-        self.filter_prompts = _cfg_get(config, "filter_prompts", True)
         self.bad_multimodal_rows = _cfg_get(config, "bad_multimodal_rows", "error")
         self.num_bad_multimodal_rows = 0  # rows dropped by bad_multimodal_rows=skip
         self.serialize_dataset = False

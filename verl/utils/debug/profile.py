@@ -11,7 +11,6 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import torch
 
@@ -38,8 +37,6 @@ class ProfilerConfig(BaseConfig):
     `all_ranks` / `ranks`: the ranks to profile. `save_path` (ours): where torch.profiler traces go
     (default `outputs/profile` under the working directory).
     """
-
-    HIDDEN_KEYS: ClassVar[tuple[str, ...]] = ("save_path",)
 
     discrete: bool = False
     all_ranks: bool = False

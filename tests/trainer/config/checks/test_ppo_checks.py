@@ -65,7 +65,7 @@ def base_cfg(assets):
         "trainer.n_gpus_per_node=2",
         "trainer.logger=[console]",
         "trainer.device=cpu",
-        # verl's defaults, which these cases were written against (the yaml defaults are the built-in GRPO demo).
+        # verl's defaults (also the yaml's), which these cases were written against
         "algorithm.adv_estimator=gae",
         "actor_rollout_ref.rollout.n=1",
     ]
@@ -97,6 +97,19 @@ def test_valid_config_passes(base_cfg):
 
 # (updates, substrings that the message must contain: the key and the offending value or expectation)
 BAD = {
+    "derived_actor_key": (
+        {"actor_rollout_ref__actor__use_remove_padding": True},
+        ["actor_rollout_ref.actor.use_remove_padding=True", "set actor_rollout_ref.model.use_remove_padding"],
+    ),
+    "unused_verl_key": ({"data__filter_prompts": False}, ["data.filter_prompts=False", "remove it"]),
+    "overlong_buffer_without_dapo": (
+        {"reward_model__overlong_buffer__enable": True, "reward_model__overlong_buffer__len": 4},
+        ["reward_model.overlong_buffer.enable=True", "reward_model.reward_manager='naive' does not"],
+    ),
+    "more_cpu_workers_than_cores": (
+        {"trainer__n_gpus_per_node": 4096, "data__train_batch_size": 4096},
+        ["trainer.n_gpus_per_node=4096 worker processes on CPU", "core"],
+    ),
     "micro_both_set": (
         {"actor_rollout_ref__actor__ppo_micro_batch_size": 4},
         ["actor_rollout_ref.actor.ppo_micro_batch_size=4", "only ppo_micro_batch_size_per_gpu is supported"],
@@ -608,3 +621,11 @@ def test_gsm8k_tool_data_with_only_an_interaction_config_is_accepted(base_cfg, t
     data = str(tmp_path / "gsm8k_tool.parquet")
     cfg = _multi_turn(base_cfg, actor_rollout_ref__rollout__multi_turn__interaction_config_path=interaction)
     check_ppo_config(_with(cfg, data__train_files=data, data__val_files=data))
+
+
+def test_main_ppo_refuses_dynamic_sampling(base_cfg):
+    """algorithm.filter_groups is DAPO's: RayPPOTrainer does not sample dynamically, so main_ppo refuses it."""
+    from verl.trainer.main_ppo import run_ppo
+
+    with pytest.raises(ConfigError, match=r"algorithm\.filter_groups\.enable=True.*recipe\.dapo\.main_dapo"):
+        run_ppo(_with(base_cfg, algorithm__filter_groups__enable=True))

@@ -10,6 +10,7 @@ problems found are reported together.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -355,6 +356,39 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ trainer
+def _accepts_overlong_buffer(manager: str) -> bool:
+    from verl.workers.reward_manager import get_reward_manager_cls
+
+    try:
+        cls = get_reward_manager_cls(manager)
+    except ValueError:
+        return True  # an unknown manager fails when the trainer loads it, naming the registered ones
+    return "overlong_buffer_cfg" in inspect.signature(cls.__init__).parameters
+
+
+def _check_overlong_buffer(config, ctx: _Context) -> None:
+    buffer, max_len = config.reward_model.overlong_buffer, _get(config, "data.max_response_length")
+    if not buffer.enable:
+        return
+    if not 0 < buffer.len < max_len:
+        raise ConfigError(
+            f"reward_model.overlong_buffer.enable=True: reward_model.overlong_buffer.len={buffer.len} must be > 0 and "
+            f"< data.max_response_length={max_len} "
+            "(the buffer is the last len tokens of the response budget)"
+        )
+    if buffer.penalty_factor < 0:
+        raise ConfigError(
+            f"reward_model.overlong_buffer.enable=True: reward_model.overlong_buffer.penalty_factor="
+            f"{buffer.penalty_factor} must be >= 0"
+        )
+    manager = config.reward_model.reward_manager
+    if not _accepts_overlong_buffer(manager):
+        raise ConfigError(
+            f"reward_model.overlong_buffer.enable=True needs a reward manager that applies it (dapo); "
+            f"reward_model.reward_manager={manager!r} does not"
+        )
+
+
 def _check_trainer(config, ctx: _Context) -> None:
     try:
         normalize_backends(_get(config, "trainer.logger"), key="trainer.logger")
@@ -555,6 +589,7 @@ _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_batch_sizes,
     _check_sequence_parallel_and_lengths,
     _check_trainer,
+    _check_overlong_buffer,
     _check_device,
     _check_files,
     _check_models,

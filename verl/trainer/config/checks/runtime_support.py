@@ -103,6 +103,21 @@ def _check_unimplemented_switches(config) -> None:
             "actor_rollout_ref.rollout.multi_stage_wake_up=True (SGLang's staged weight/KV-cache wake-up) is not "
             "implemented; set it False"
         )
+    for name in ("chat_template_func", "filter_prompts"):
+        if name in config.data.extra:
+            raise ConfigError(
+                f"data.{name}={config.data.extra[name]!r}: verl reads this key but nothing uses it (here neither); "
+                "remove it"
+            )
+    for role in ("actor", "ref"):
+        section = getattr(arr, role)
+        for name in type(section).DERIVED_KEYS:
+            value, model_value = getattr(section, name), getattr(arr.model, name)
+            if value and not model_value:  # the default (False) cannot be told from a value the user set
+                raise ConfigError(
+                    f"actor_rollout_ref.{role}.{name}={value!r}: the worker sets it from actor_rollout_ref.model."
+                    f"{name} (={model_value!r}); set actor_rollout_ref.model.{name} instead"
+                )
     _check_nsight_options(config.trainer)
     for key, section in (("actor_rollout_ref.actor", arr.actor), ("critic", config.critic)):
         if section.shuffle:
