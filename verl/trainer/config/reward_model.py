@@ -8,7 +8,10 @@ from verl.trainer.config.model import RewardModelModelConfig
 from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
 
-__all__ = ["OverlongBufferConfig", "RewardModelConfig", "SandboxFusionConfig"]
+__all__ = ["RATE_LIMIT_KEYS", "OverlongBufferConfig", "RewardModelConfig", "SandboxFusionConfig"]
+
+# reward_model keys that only the rate_limited manager reads (its constructor takes them by these names)
+RATE_LIMIT_KEYS = ("max_concurrent", "max_rpm", "max_tpm", "estimated_tokens_per_request", "timeout")
 
 
 @dataclass
@@ -50,3 +53,8 @@ class RewardModelConfig(BaseConfig):
     reward_kwargs: dict = field(default_factory=dict)
     truncation: str = "right"
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    max_concurrent: int = 1
+    max_rpm: float | None = None
+    max_tpm: float | None = None
+    estimated_tokens_per_request: int = 2000
+    timeout: float = 300.0

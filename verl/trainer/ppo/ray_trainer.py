@@ -338,6 +338,8 @@ class RayPPOTrainer:
         (a recipe that scored before filtering, see ``_store_reward``)."""
         if reward is not None:
             batch = self._store_reward(batch, reward)
+            # reward calls that failed or timed out and scored 0 (a manager reports them per sample)
+            metrics["reward/failed_calls"] = int(np.sum(batch.non_tensor_batch.get("reward_call_failed", 0)))
         batch = self._apply_kl_in_reward(batch, metrics)
         algorithm = self.ppo_config.algorithm
         return compute_advantage(

@@ -11,6 +11,7 @@ import sys
 
 from verl.protocol import DataProto
 from verl.trainer.config import PPOConfig
+from verl.trainer.config.reward_model import RATE_LIMIT_KEYS
 from verl.utils.reward_score import default_compute_score
 
 __all__ = [
@@ -90,9 +91,11 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
     # DAPO's overlong shaping needs the response budget and its buffer: handed to any manager that takes them (as
     # verl's main_dapo does), here so that the Ray task of launch_reward_fn_async builds the same manager
     params = inspect.signature(reward_manager_cls.__init__).parameters
+    rm = typed.reward_model
     from_config = {
         "max_resp_len": typed.data.max_response_length,
-        "overlong_buffer_cfg": typed.reward_model.overlong_buffer,
+        "overlong_buffer_cfg": rm.overlong_buffer,
+        **{key: getattr(rm, key) for key in RATE_LIMIT_KEYS},
     }
     for name, value in from_config.items():
         if name in params and name not in reward_kwargs:

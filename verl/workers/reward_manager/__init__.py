@@ -4,6 +4,7 @@ from verl.workers.reward_manager.batch import BatchRewardManager
 from verl.workers.reward_manager.dapo import DAPORewardManager
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.prime import PrimeRewardManager
+from verl.workers.reward_manager.rate_limited import RateLimitedRewardManager
 from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY, get_reward_manager_cls, register
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "NaiveRewardManager",
     "PrimeRewardManager",
     "REWARD_MANAGER_REGISTRY",
+    "RateLimitedRewardManager",
     "get_reward_manager_cls",
     "register",
 ]

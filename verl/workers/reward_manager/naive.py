@@ -9,6 +9,7 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S, GuardedCall
+from verl.workers.reward_manager.async_scoring import CallLimits, is_async_fn, score_concurrently
 from verl.workers.reward_manager.registry import register
 
 logger = logging.getLogger(__name__)
@@ -126,44 +127,79 @@ class NaiveRewardManager:
         )
         return 0.0, {}
 
+    def _score_batch(self, calls: list[dict]) -> tuple[list[tuple[float, dict]], list[bool]]:
+        """``(reward, info)`` per sample and whether its call failed. A plain function runs guarded, one sample after
+        another; an ``async def`` one (a judge behind an endpoint) runs for all samples at once."""
+        if is_async_fn(self.compute_score):
+            return self._score_concurrently(calls, CallLimits(timeout=self.timeout_s or None))
+        scored = [self._score(i, **kwargs) for i, kwargs in enumerate(calls)]
+        return scored, [False] * len(calls)
+
+    def _score_concurrently(self, calls: list[dict], limits: CallLimits):
+        outcome = score_concurrently(self.compute_score, calls, limits)
+        scored = []
+        for i, (result, failed) in enumerate(zip(outcome.results, outcome.failed, strict=True)):
+            if failed:
+                scored.append((0.0, {}))
+                continue
+            try:
+                scored.append(split_score(result))
+            except (KeyError, TypeError, ValueError) as e:
+                logger.warning("reward function result for sample %d is not a score, scoring it 0.0: %s", i, e)
+                outcome.failed[i] = True
+                scored.append((0.0, {}))
+        return scored, outcome.failed
+
     def __call__(self, data: DataProto, return_dict: bool = False):
-        """``reward_tensor`` ``(bs, response_length)`` or ``{"reward_tensor", "reward_extra_info"}``."""
+        """``reward_tensor`` ``(bs, response_length)`` or ``{"reward_tensor", "reward_extra_info"}``.
+
+        When a call failed on some sample, ``reward_extra_info`` carries ``reward_call_failed`` (one bool per
+        sample), which the trainer counts as ``reward/failed_calls``."""
         if "rm_scores" in data.batch.keys():
             return {"reward_tensor": data.batch["rm_scores"]} if return_dict else data.batch["rm_scores"]
 
         reward_tensor = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
-        infos: list[dict] = []
         prompt_length = data.batch["prompts"].shape[-1]
         already_printed: dict[str, int] = {}
         extra_infos = sample_extra_infos(data)
 
+        calls, decoded = [], []
         for i in range(len(data)):
             item = data[i]
             prompt_str, response_str, valid_response_length = decode_sample(self.tokenizer, item, prompt_length)
             ground_truth = item.non_tensor_batch["reward_model"]["ground_truth"]
             data_source = item.non_tensor_batch[self.reward_fn_key]
-            reward, info = self._score(
-                i,
-                data_source=data_source,
-                solution_str=response_str,
-                ground_truth=ground_truth,
-                extra_info=extra_infos[i],
+            calls.append(
+                {
+                    "data_source": data_source,
+                    "solution_str": response_str,
+                    "ground_truth": ground_truth,
+                    "extra_info": extra_infos[i],
+                }
             )
+            decoded.append((prompt_str, valid_response_length))
+
+        scored, failed = self._score_batch(calls)
+        infos: list[dict] = []
+        for i, ((reward, info), (prompt_str, valid_response_length)) in enumerate(zip(scored, decoded, strict=True)):
             infos.append(info)
             reward_tensor[i, max(valid_response_length - 1, 0)] = reward
-
+            call = calls[i]
             print_examined(
                 already_printed,
                 self.num_examine,
-                data_source,
+                call["data_source"],
                 prompt_str,
-                response_str,
-                ground_truth,
+                call["solution_str"],
+                call["ground_truth"],
                 info or {"score": reward},
             )
 
         if return_dict:
-            return {"reward_tensor": reward_tensor, "reward_extra_info": merge_extra_info(infos)}
+            extra = merge_extra_info(infos)
+            if any(failed):
+                extra["reward_call_failed"] = list(failed)
+            return {"reward_tensor": reward_tensor, "reward_extra_info": extra}
         return reward_tensor
 
 

@@ -389,6 +389,29 @@ def _check_overlong_buffer(config, ctx: _Context) -> None:
         )
 
 
+def _check_rate_limits(config, ctx: _Context) -> None:
+    """reward_model.max_concurrent, ... are read by the rate_limited manager only; elsewhere a changed one is
+    refused."""
+    from verl.trainer.config.reward_model import RATE_LIMIT_KEYS, RewardModelConfig
+    from verl.workers.reward_manager import get_reward_manager_cls
+
+    rm, defaults = config.reward_model, RewardModelConfig()
+    try:
+        params = inspect.signature(get_reward_manager_cls(rm.reward_manager).__init__).parameters
+    except ValueError:
+        return  # an unknown manager fails when the trainer loads it, naming the registered ones
+    for key in RATE_LIMIT_KEYS:
+        value = getattr(rm, key)
+        if key in params:
+            if value is not None and key != "estimated_tokens_per_request" and not value > 0:
+                raise ConfigError(f"reward_model.{key}={value!r} must be > 0")
+        elif value != getattr(defaults, key):
+            raise ConfigError(
+                f"reward_model.{key}={value!r} is read only by reward_model.reward_manager=rate_limited; "
+                f"reward_model.reward_manager={rm.reward_manager!r} ignores it: set the manager or remove the key"
+            )
+
+
 def _check_trainer(config, ctx: _Context) -> None:
     try:
         normalize_backends(_get(config, "trainer.logger"), key="trainer.logger")
@@ -590,6 +613,7 @@ _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_sequence_parallel_and_lengths,
     _check_trainer,
     _check_overlong_buffer,
+    _check_rate_limits,
     _check_device,
     _check_files,
     _check_models,
