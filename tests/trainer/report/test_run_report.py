@@ -156,13 +156,17 @@ def test_step_time_table_shares_phases_tokens_and_memory():
                 "timing_per_token_ms/gen": 4.0,
                 "perf/peak_rss_gb/worker": 3.25,
                 "perf/peak_rss_gb/trainer": 0.5,
+                "perf/achieved_tflops/update_actor": 0.012,
+                "perf/mfu/update_actor": 0.15,
+                "perf/peak_tflops": 0.08,
             },
         )
 
     lines = step_time_table([step(1, 9.0), step(2, 3.0), step(3, 3.0)])  # step 1 (warm-up) is left out
     text = "\n".join(lines)
     assert "median of 2 steps" in text
-    assert "| gen | 3.000 | 30.0% |" in text and "| update_actor | 6.000 | 60.0% |" in text
+    assert "| gen | 3.000 | 30.0% |  |  |" in text and "| update_actor | 6.000 | 60.0% | 0.012 | 15.0% |" in text
+    assert "peak of 0.08 TFLOP/s" in text
     assert "| other (controller, transfers) | 1.000 | 10.0% |" in text
     assert "generate_sequences" not in text and "worker/" not in text
     assert "Tokens per second (prompt + response, whole job): 200.0" in text

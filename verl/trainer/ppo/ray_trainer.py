@@ -30,6 +30,7 @@ from verl.trainer.ppo.metric_utils import (
     compute_timing_metrics,
     reduce_metrics,
 )
+from verl.trainer.ppo.mfu import PhaseMFU
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
 from verl.trainer.ppo.reward import PendingReward, compute_reward, submit_reward
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
@@ -450,6 +451,7 @@ class RayPPOTrainer:
                 return
         self.global_steps += 1
         last_val_metrics = None
+        self._phase_mfu = PhaseMFU.build(self.ppo_config, self.ppo_config.actor_rollout_ref.model.path)
         self._batch_source = self._train_batches()
         for epoch, batch_dict in self._batch_source:
             timing_raw: dict = {}
@@ -501,6 +503,14 @@ class RayPPOTrainer:
         metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
         n_gpus = self.resource_pool_manager.get_n_gpus()
         metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
+        phase_mfu = getattr(self, "_phase_mfu", None)
+        if phase_mfu is not None:
+            mfu = phase_mfu.metrics(batch, timing_raw)
+            metrics.update(mfu)
+            if self.ppo_config.trainer.device == "cpu":  # the workers know no CPU peak: their update MFU reads 0
+                for role, phase in (("actor", "update_actor"), ("critic", "update_critic")):
+                    if f"perf/mfu/{phase}" in mfu:
+                        metrics[f"perf/mfu/{role}"] = mfu[f"perf/mfu/{phase}"]
         metrics["perf/peak_rss_gb/trainer"] = peak_rss_gb()
         return metrics
 

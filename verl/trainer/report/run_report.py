@@ -249,24 +249,40 @@ def step_time_table(train: list[tuple[int, dict]]) -> list[str]:
         values = sorted(m[key] for m in steps if key in m)
         return values[len(values) // 2] if values else None
 
+    def at_median(key: str) -> dict:
+        """The step whose ``key`` is the median: a row's other figures come from that same step."""
+        having = sorted((m for m in steps if key in m), key=lambda m: m[key])
+        return having[len(having) // 2] if having else {}
+
     step = median("timing_s/step")
     # the trainer's top-level phases only: nested timers (a worker's own seconds, the weight hand-off inside gen)
     # would be counted twice
     phases = [f"timing_s/{name}" for name in STEP_PHASES if any(f"timing_s/{name}" in m for m in steps)]
-    lines = [f"## Where the step time went (median of {len(steps)} steps)", "", "| phase | seconds | share |"]
-    lines.append("|---|---|---|")
+    lines = [f"## Where the step time went (median of {len(steps)} steps)", ""]
+    lines += ["| phase | seconds | share | achieved TFLOP/s | MFU |", "|---|---|---|---|---|"]
     accounted = 0.0
     for key in phases:
         seconds = median(key)
         if seconds is None or seconds < 1e-4:
             continue
         accounted += seconds
-        lines.append(f"| {key.removeprefix('timing_s/')} | {seconds:.3f} | {seconds / step:.1%} |")
+        name = key.removeprefix("timing_s/")
+        same_step = at_median(key)
+        achieved, mfu = same_step.get(f"perf/achieved_tflops/{name}"), same_step.get(f"perf/mfu/{name}")
+        compute = f"{achieved:.4g} | {mfu:.1%}" if achieved is not None and mfu is not None else " | "
+        lines.append(f"| {name} | {seconds:.3f} | {seconds / step:.1%} | {compute} |")
     other = step - accounted
     if other > 0:
-        lines.append(f"| other (controller, transfers) | {other:.3f} | {other / step:.1%} |")
-    lines.append(f"| **step** | **{step:.3f}** | 100% |")
+        lines.append(f"| other (controller, transfers) | {other:.3f} | {other / step:.1%} | | |")
+    lines.append(f"| **step** | **{step:.3f}** | 100% | | |")
     lines.append("")
+    peak = median("perf/peak_tflops")
+    if peak:
+        lines.append(
+            f"- MFU is achieved FLOP/s over a peak of {peak:.4g} TFLOP/s: on GPUs the datasheet dense bf16 figure "
+            "per GPU, on CPU this host's GEMM peak in the compute dtype on all its cores, measured once and cached "
+            "(verl.utils.peak_flops). FLOPs count the tokens each sequence really has."
+        )
     tokens = median("perf/total_num_tokens")
     if tokens:
         lines.append(f"- Tokens per second (prompt + response, whole job): {tokens / step:.1f}")

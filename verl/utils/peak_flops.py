@@ -1,0 +1,110 @@
+"""The peak FLOP/s that MFU divides by: a GPU's datasheet figure, or a CPU host's, measured once and cached.
+
+A CPU has no datasheet figure a run can look up (cores, clocks, vector units and the BLAS all matter), so the peak
+is measured: a square matrix product in the compute dtype on all of this host's cores, repeated for a fraction of a
+second, best of a few rounds. The result is cached in ``~/.cache/verl/peak_flops.json`` (``$VERL_CACHE_DIR``
+overrides the folder) under the CPU model, dtype and thread count, so each host measures once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from dataclasses import dataclass
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Peak", "cpu_peak_flops", "device_peak"]
+
+_PROBE_N = 1024
+_PROBE_SECONDS = 0.25
+_PROBE_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Peak:
+    """``flops`` per second of one device (on CPU: the whole host) and how it was obtained."""
+
+    flops: float
+    source: str
+
+
+def _cache_path() -> str:
+    folder = os.environ.get("VERL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "verl")
+    return os.path.join(folder, "peak_flops.json")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _measure(dtype: torch.dtype, threads: int) -> float:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a = torch.randn(_PROBE_N, _PROBE_N).to(dtype)
+        b = torch.randn(_PROBE_N, _PROBE_N).to(dtype)
+        torch.matmul(a, b)  # warm-up: thread pool, BLAS kernels, page faults
+        best = 0.0
+        for _ in range(_PROBE_ROUNDS):
+            count, start = 0, time.perf_counter()
+            while True:
+                torch.matmul(a, b)
+                count += 1
+                elapsed = time.perf_counter() - start
+                if elapsed >= _PROBE_SECONDS:
+                    break
+            best = max(best, 2 * _PROBE_N**3 * count / elapsed)
+        return best
+    finally:
+        torch.set_num_threads(previous)
+
+
+def cpu_peak_flops(dtype: torch.dtype = torch.float32, threads: int | None = None) -> Peak:
+    """This host's measured matmul FLOP/s in ``dtype`` on ``threads`` threads (default: every core), cached."""
+    threads = threads or os.cpu_count() or 1
+    key = f"{_cpu_model()}|{str(dtype).removeprefix('torch.')}|{threads}"
+    path = _cache_path()
+    cache = {}
+    try:
+        with open(path) as f:
+            cache = json.load(f)
+    except (OSError, ValueError):
+        pass
+    if key not in cache:
+        cache[key] = _measure(dtype, threads)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(cache, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as e:  # a read-only home only costs a re-measurement next time
+            logger.warning("could not cache the CPU peak in %s: %s", path, e)
+        logger.info("measured this host's peak: %.1f GFLOP/s (%s)", cache[key] / 1e9, key)
+    dtype_name = str(dtype).removeprefix("torch.")
+    return Peak(cache[key], f"measured {_PROBE_N}x{_PROBE_N} {dtype_name} GEMM on {threads} thread(s), {_cpu_model()}")
+
+
+def device_peak(device: str, dtype: torch.dtype) -> Peak | None:
+    """The peak of one ``device`` (``cpu``: the whole host) in ``dtype``; None for an accelerator not in the table."""
+    if device == "cpu":
+        return cpu_peak_flops(dtype)
+    from verl.utils.flops_counter import get_device_flops
+
+    flops = get_device_flops(unit="B") * 1e9
+    if flops == float("inf"):
+        return None
+    return Peak(flops, "datasheet dense bf16 peak of the accelerator")
