@@ -7,7 +7,8 @@ same batch: ``generate_sequences`` (``--batch`` random prompts of ``--prompt-len
 new tokens), ``compute_log_prob`` and ``update_actor`` over the generated sequences. One warm-up call each, then the
 median of ``--repeats``. Prints one JSON line per phase: tokens/s, achieved TFLOP/s and MFU (FLOPs from
 ``verl.utils.flops_counter``: 6·N per trained token, 2·N per forward token; MFU against the device's dense bf16
-peak, 0 where unknown, as on CPU), and peak memory (device bytes on an accelerator, else the process's peak RSS).
+peak; on CPU the host's measured GEMM peak), and peak memory (device bytes on an accelerator, else the process's
+peak RSS).
 
     python scripts/benchmark/bench_gpu_throughput.py                     # on a GPU (Qwen2.5-0.5B shape)
     python scripts/benchmark/bench_gpu_throughput.py --tiny --device cpu  # CPU smoke test (seconds)
@@ -145,7 +146,8 @@ def run(args) -> list[dict]:
     """Build the model and the worker, time the three phases, emit and return one figure per phase."""
     from verl.demo.tiny_model import make_tiny_model_dir
     from verl.utils.device import get_device_name
-    from verl.utils.flops_counter import FlopsCounter, get_device_flops
+    from verl.utils.flops_counter import FlopsCounter
+    from verl.utils.peak_flops import device_peak
     from verl.workers.engine.fsdp.setup import attn_implementation
 
     shape = TINY if args.tiny else QWEN25_05B
@@ -167,7 +169,10 @@ def run(args) -> list[dict]:
         generated.batch["response_mask"] = generated.batch["attention_mask"][:, args.prompt_length :]
         up_s, _, up_mem = timed(lambda: worker.update_actor(generated), args.repeats, memory)
 
-    counter, peak = FlopsCounter(hf_config), get_device_flops()
+    device = get_device_name()
+    # one device's peak: a GPU's datasheet figure, or this CPU host's measured GEMM peak (the worker uses every core)
+    peak = device_peak(device, torch.float32 if device == "cpu" else torch.bfloat16)
+    counter = FlopsCounter(hf_config)
     train_tflops = counter.estimate_flops(seqlens, up_s)[0]
     forward_tflops = counter.estimate_flops(seqlens, lp_s)[0] / 3  # a forward pass is a third of fwd+bwd
     gen_tflops = 2 * n_params * sum(seqlens) / gen_s / 1e12  # prefill + decode, weights only (attention excluded)
@@ -189,13 +194,14 @@ def run(args) -> list[dict]:
         ("compute_log_prob", lp_s, sum(seqlens), forward_tflops, lp_mem),
         ("update_actor", up_s, sum(seqlens), train_tflops, up_mem),
     ):
-        mfu = 0.0 if peak in (0, float("inf")) else tflops / peak
+        mfu = 0.0 if peak is None else tflops * 1e12 / peak.flops
         figure = {
             "seconds": round(seconds, 4),
             "tokens": tokens,
             "tokens_per_s": round(tokens / seconds, 1),
-            "tflops": round(tflops, 4),
-            "mfu": round(mfu, 4),
+            "tflops": float(f"{tflops:.4g}"),
+            "mfu": float(f"{mfu:.4g}"),
+            "peak_source": peak.source if peak is not None else None,
             **mem,
             **common,
         }

@@ -28,8 +28,8 @@ def test_tiny_benchmark_reports_every_phase(bench, capsys):
         assert figure["tflops"] > 0 and 0 <= figure["mfu"] < 1
         assert figure["params_m"] > 0 and figure["shape"] == "tiny"
         assert ("peak_device_gb" in figure) != ("peak_rss_gb" in figure)
-    if figures[0]["device"] == "cpu":
-        assert all(f["mfu"] == 0 for f in figures)  # no known peak on CPU
+    if figures[0]["device"] == "cpu":  # the host's measured GEMM peak
+        assert all(f["mfu"] > 0 and "GEMM" in f["peak_source"] for f in figures)
     # the same figures as JSON lines on stdout, one per phase
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
     assert [x["figure"] for x in lines] == [f"gpu_throughput_{f['phase']}" for f in figures]
