@@ -166,6 +166,8 @@ EXPECTED_PPO = {
         "console_format": "compact",
         # Ours: progress bar, learning-curve PNG and report.md (verl has no such key).
         "run_report": True,
+        # Ours: steps in a row with a skipped non-finite update or reward before the run stops.
+        "max_consecutive_nonfinite": 3,
     },
     "ray_init": {"num_cpus": None, "timeline_json_file": None},
 }

@@ -58,6 +58,8 @@ class TrainerConfig(BaseConfig):
     device: str = "cuda"
     console_format: str = "compact"
     run_report: bool = True
+    # ours: stop after this many steps in a row with a skipped non-finite update or reward (0: never)
+    max_consecutive_nonfinite: int = 3
     remove_previous_ckpt_in_save: bool = False
 
     @property

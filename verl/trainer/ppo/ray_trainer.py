@@ -363,6 +363,7 @@ class RayPPOTrainer:
         return batch
 
     def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        batch.meta_info["global_steps"] = self.global_steps  # named in the workers' non-finite warnings
         output = pop_worker_timing(self.critic_wg.update_critic(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
@@ -371,6 +372,7 @@ class RayPPOTrainer:
         batch.meta_info["multi_turn"] = rollout.uses_agent_loops
         # the temperature the responses were sampled at (the log-prob pass, when there is one, reports the same)
         batch.meta_info["temperature"] = rollout.temperature
+        batch.meta_info["global_steps"] = self.global_steps
         output = pop_worker_timing(self.actor_rollout_wg.update_actor(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
@@ -410,6 +412,8 @@ class RayPPOTrainer:
                 batch = self._compute_values(batch, timing_raw)
         with marked_timer("adv", timing_raw):
             batch = self._compute_advantage(batch, reward, metrics)
+        if not self._rewards_finite(batch, metrics):
+            return batch
         if self.use_critic:
             with marked_timer("update_critic", timing_raw):
                 self._update_critic(batch, metrics, timing_raw)
@@ -423,6 +427,37 @@ class RayPPOTrainer:
                 dump_rollout(batch, keys, self.tokenizer, dump_dir, self.global_steps)
         return batch
 
+    def _rewards_finite(self, batch: DataProto, metrics: dict) -> bool:
+        """Whether every reward is finite; if not, this step's updates are skipped (counted and logged)."""
+        scores = batch.batch["token_level_scores"]
+        bad_rows = int((~torch.isfinite(scores)).any(dim=-1).sum())
+        metrics["training/nonfinite_reward"] = float(bad_rows)
+        if bad_rows:
+            logger.warning(
+                "step %d: %d of %d responses have a non-finite reward; skipping this step's actor and critic updates",
+                self.global_steps,
+                bad_rows,
+                len(batch),
+            )
+        return bad_rows == 0
+
+    def _check_nonfinite(self, metrics: dict) -> None:
+        """Count steps in a row with a skipped (non-finite) update or reward; stop at ``max_consecutive_nonfinite``.
+
+        Raised before the step's checkpoint is saved, so the last checkpoint is the last good one.
+        """
+        keys = ("actor/nonfinite_skipped", "critic/nonfinite_skipped", "training/nonfinite_reward")
+        found = {k: metrics[k] for k in keys if metrics.get(k)}
+        self._consecutive_nonfinite = self._consecutive_nonfinite + 1 if found else 0
+        limit = self.ppo_config.trainer.max_consecutive_nonfinite
+        if limit > 0 and self._consecutive_nonfinite >= limit:
+            raise FloatingPointError(
+                f"{self._consecutive_nonfinite} steps in a row up to step {self.global_steps} had a non-finite loss, "
+                f"gradient norm or reward (this step: {found}; trainer.max_consecutive_nonfinite={limit}). The last "
+                f"checkpoint under {self.checkpointer.root} predates them; lower the learning rate "
+                "(actor_rollout_ref.actor.optim.lr), check the reward function, or set a tighter grad_clip"
+            )
+
     def fit(self) -> None:
         """The training loop: validate, then train_step per batch with validation and checkpoints as configured."""
         from verl.utils.tracking import Tracking
@@ -435,6 +470,7 @@ class RayPPOTrainer:
             config=self.ppo_config.to_dict(),
         )
         self.global_steps = 0
+        self._consecutive_nonfinite = 0
         self._load_checkpoint()
         reporter = self._make_reporter()
         if self.val_reward_fn is not None and trainer_cfg.val_before_train:
@@ -456,6 +492,7 @@ class RayPPOTrainer:
             with marked_timer("step", timing_raw):
                 batch, metrics = self.train_step(DataProto.from_single_dict(batch_dict), timing_raw)
                 if batch is not None:
+                    self._check_nonfinite(metrics)
                     val_metrics = self._maybe_validate(is_last_step, timing_raw)
                     if val_metrics:
                         metrics.update(val_metrics)

@@ -400,6 +400,7 @@ def _check_trainer(config, ctx: _Context) -> None:
         _positive_int(config, "trainer.total_training_steps")
     _positive_int(config, "trainer.critic_warmup", minimum=0)
     _choice(config, "trainer.console_format", ("compact", "full"))
+    _positive_int(config, "trainer.max_consecutive_nonfinite", minimum=0)
     mode = _choice(config, "trainer.resume_mode", ("auto", "disable", "resume_path"))
     if mode == "resume_path":
         path = _get(config, "trainer.resume_from_path")

@@ -1,0 +1,119 @@
+"""Injected faults on a tiny model in-process (no Ray): a NaN loss, a NaN reward, a damaged checkpoint.
+
+Each run is one or two steps; the checks are the stop, its message, and what is (and is not) on disk.
+"""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_workspace, write_reward_fn
+from verl.single_controller.inprocess import InProcessWorkerGroup
+from verl.trainer.main_ppo import build_trainer, prepare_config
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn, register_policy_loss
+from verl.utils.checkpoint.checkpoint_manager import read_tracker
+
+NAN_REWARD_FN = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return float("nan")
+"""
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    ws = make_workspace(root)
+    ws["reward"] = write_reward_fn(root)
+    nan_reward = root / "nan_reward.py"
+    nan_reward.write_text(NAN_REWARD_FN)
+    ws["nan_reward"] = str(nan_reward)
+    yield ws
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def nan_loss_mode():
+    """A policy loss that is NaN: the vanilla loss times NaN (its gradients are NaN too)."""
+    vanilla = get_policy_loss_fn("vanilla")
+
+    @register_policy_loss("test_nan")
+    def nan_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config):
+        pg_loss, *rest = vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
+        return (pg_loss * float("nan"), *rest)
+
+    yield "test_nan"
+    POLICY_LOSS_REGISTRY.pop("test_nan")
+
+
+def make_trainer(ws, run_dir, steps=2, reward=None, extra=()):
+    overrides = base_overrides(ws, "grpo", steps=steps) + [
+        "trainer.n_gpus_per_node=1",
+        f"custom_reward_function.path={reward or ws['reward']}",
+        f"trainer.default_local_dir={run_dir}",
+        "trainer.run_report=False",
+        *extra,
+    ]
+    config = compose_config(overrides)
+    prepare_config(config)
+    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
+    trainer.init_workers()
+    return trainer
+
+
+def actor_state(trainer):
+    worker = trainer.actor_rollout_wg.workers[0].worker_dict["actor_rollout"]
+    engine = worker.actor_engine
+    params = {k: v.detach().clone() for k, v in worker.actor_module.state_dict().items()}
+    optim = {k: {n: t.clone() for n, t in s.items() if torch.is_tensor(t)} for k, s in engine.optimizer.state.items()}
+    return params, optim
+
+
+def test_nan_loss_skips_updates_and_stops_after_k_in_a_row(workspace, tmp_path, nan_loss_mode, caplog):
+    run_dir = tmp_path / "ckpt"
+    # step 1 trains normally and saves; steps 2 and 3 have a NaN loss; K=2 stops at step 3, before its save
+    trainer = make_trainer(
+        workspace, run_dir, steps=3, extra=["trainer.save_freq=1", "trainer.max_consecutive_nonfinite=2"]
+    )
+    logged = []
+    real_step = type(trainer).train_step
+
+    def train_step(self, batch, timing_raw):
+        if self.global_steps == 2:
+            self.actor_rollout_wg.workers[0].worker_dict[
+                "actor_rollout"
+            ].actor.config.policy_loss.loss_mode = nan_loss_mode
+            logged.append(actor_state(self))
+        out = real_step(self, batch, timing_raw)
+        logged.append(out[1])
+        return out
+
+    trainer.train_step = train_step.__get__(trainer)
+    with pytest.raises(FloatingPointError, match=r"2 steps in a row up to step 3 .*max_consecutive_nonfinite=2"):
+        trainer.fit()
+    step1, (params_before, optim_before), step2, step3 = logged
+    assert step1["actor/nonfinite_skipped"] == 0 and torch.isfinite(torch.tensor(step1["actor/grad_norm"]))
+    assert step2["actor/nonfinite_skipped"] == 1 and step3["actor/nonfinite_skipped"] == 1
+    params_after, optim_after = actor_state(trainer)
+    assert all(torch.equal(params_before[k], params_after[k]) for k in params_before)
+    assert optim_before.keys() == optim_after.keys() and optim_before
+    for key, state in optim_before.items():
+        assert all(torch.equal(t, optim_after[key][n]) for n, t in state.items())
+    assert "actor update at global step 2, mini batch 0: non-finite loss (micro batch 0 loss=nan" in caplog.text
+    # the step-3 checkpoint was never written: the last one is step 2's (its weights are step 1's)
+    assert read_tracker(str(run_dir)) == 2
+    assert not (run_dir / "global_step_3").exists()
+
+
+def test_nan_reward_skips_the_update(workspace, tmp_path):
+    trainer = make_trainer(workspace, tmp_path / "ckpt", steps=1, reward=workspace["nan_reward"])
+    before, _ = actor_state(trainer)
+    logged = []
+    real_step = type(trainer).train_step
+    trainer.train_step = (lambda self, b, t: logged.append(real_step(self, b, t)) or logged[-1]).__get__(trainer)
+    trainer.fit()
+    metrics = logged[0][1]
+    assert metrics["training/nonfinite_reward"] == 8  # 4 prompts x 2 responses
+    assert "actor/pg_loss" not in metrics  # no update ran
+    after, _ = actor_state(trainer)
+    assert all(torch.equal(before[k], after[k]) for k in before)
