@@ -1,17 +1,22 @@
-"""Injected faults on a tiny model in-process (no Ray): a NaN loss, a NaN reward, a damaged checkpoint.
+"""Injected faults on a tiny model in-process (no Ray): a NaN loss, a NaN reward, a damaged checkpoint, a hung phase.
 
 Each run is one or two steps; the checks are the stop, its message, and what is (and is not) on disk.
 """
+
+import os
+import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
 from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_workspace, write_reward_fn
+from verl.single_controller.base.watchdog import WorkerGroupTimeout
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.main_ppo import build_trainer, prepare_config
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn, register_policy_loss
 from verl.utils.checkpoint.checkpoint_manager import read_tracker
+from verl.utils.checkpoint.integrity import CheckpointDamagedError
 
 NAN_REWARD_FN = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -117,3 +122,46 @@ def test_nan_reward_skips_the_update(workspace, tmp_path):
     assert "actor/pg_loss" not in metrics  # no update ran
     after, _ = actor_state(trainer)
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_truncated_latest_checkpoint_resumes_from_the_previous_one(workspace, tmp_path, caplog):
+    run_dir = tmp_path / "ckpt"
+    make_trainer(workspace, run_dir, steps=2, extra=["trainer.save_freq=1"]).fit()
+    assert read_tracker(str(run_dir)) == 2
+    bad = run_dir / "global_step_2" / "actor" / "optim_world_size_1_rank_0.pt"
+    with open(bad, "r+b") as f:
+        f.truncate(os.path.getsize(bad) // 2)
+    resumed = make_trainer(workspace, run_dir, steps=2, extra=["trainer.resume_mode=auto"])
+    with caplog.at_level("WARNING"):
+        assert resumed._load_checkpoint() == 1
+    assert f"checkpoint {run_dir / 'global_step_2'} is damaged, skipping it: {bad}" in caplog.text
+    explicit = make_trainer(
+        workspace,
+        run_dir,
+        steps=2,
+        extra=["trainer.resume_mode=resume_path", f"trainer.resume_from_path={run_dir / 'global_step_2'}"],
+    )
+    with pytest.raises(CheckpointDamagedError, match="optim_world_size_1_rank_0.pt"):
+        explicit._load_checkpoint()
+
+
+def test_hung_generation_stops_with_the_phase_and_the_line(workspace, tmp_path):
+    run_dir = tmp_path / "ckpt"
+    trainer = make_trainer(workspace, run_dir, steps=1, extra=["trainer.watchdog_phase_timeout_s.generate_sequences=2"])
+    rollout_worker = trainer.actor_rollout_wg.workers[0].worker_dict["actor_rollout"]
+
+    def hung_generate(prompts):
+        time.sleep(120)  # a rollout that never comes back
+
+    rollout_worker.rollout.generate_sequences = hung_generate
+    start = time.monotonic()
+    with pytest.raises(WorkerGroupTimeout) as info:
+        trainer.fit()
+    assert time.monotonic() - start < 30
+    message = str(info.value)
+    assert "'generate_sequences' did not return within 2s (trainer.watchdog_phase_timeout_s.generate_sequences)" in (
+        message
+    )
+    assert "test_fault_injection.py:" in info.value.stuck[0] and "in hung_generate" in info.value.stuck[0]
+    assert info.value.dump_dir.startswith(str(run_dir / "watchdog" / "generate_sequences-"))
+    assert "hung_generate" in open(os.path.join(info.value.dump_dir, "rank_0.txt")).read()

@@ -7,6 +7,7 @@ update critic, update actor. Each phase is one method; recipes subclass the trai
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from copy import deepcopy
 
@@ -214,6 +215,9 @@ class RayPPOTrainer:
             )
             all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
 
+        watchdog = self._make_watchdog()
+        for group in all_wg.values():
+            group.set_watchdog(watchdog)
         # the rollout engine is built last so it sizes its cache after the other models are resident
         if self.use_critic:
             self.critic_wg = all_wg["critic"]
@@ -228,6 +232,17 @@ class RayPPOTrainer:
         self.actor_rollout_wg.init_model()
         # async mode: the workers' rollout plays agent loops (see AsyncActorRolloutRefWorker); called the same way
         self.async_rollout_mode = self.ppo_config.actor_rollout_ref.rollout.mode == "async"
+
+    def _make_watchdog(self):
+        """Deadlines of the worker-group calls (``trainer.watchdog_*``); stacks go under the run directory."""
+        from verl.single_controller.base.watchdog import Watchdog
+
+        trainer = self.ppo_config.trainer
+        return Watchdog(
+            timeout_s=trainer.watchdog_timeout_s,
+            phase_timeout_s=dict(trainer.watchdog_phase_timeout_s or {}),
+            dump_dir=os.path.join(os.path.abspath(trainer.default_local_dir), "watchdog"),
+        )
 
     # ------------------------------------------------------------------------------------------------ phases
     def _generate(self, batch: DataProto, timing_raw: dict) -> DataProto:
