@@ -14,6 +14,7 @@ timer thread dumps the stacks when the deadline passes and interrupts the call w
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import logging
 import os
@@ -71,7 +72,15 @@ def install_stack_dump_handler() -> str | None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         _installed_file = open(path, "a")  # append: the driver empties it before each request
         faulthandler.register(STACK_SIGNAL, file=_installed_file, all_threads=True, chain=False)
+        atexit.register(_remove_quietly, path)
     return _installed_file.name
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def where_stuck(stacks: str, phase: str) -> str:
