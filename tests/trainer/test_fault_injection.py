@@ -1,4 +1,4 @@
-"""Injected faults on a tiny model in-process (no Ray): a NaN loss, a NaN reward, a damaged checkpoint, a hung phase.
+"""Injected faults on a tiny model in-process (no Ray): NaN loss, NaN reward, damaged checkpoint, hung phase, full disk.
 
 Each run is one or two steps; the checks are the stop, its message, and what is (and is not) on disk.
 """
@@ -165,3 +165,28 @@ def test_hung_generation_stops_with_the_phase_and_the_line(workspace, tmp_path):
     assert "test_fault_injection.py:" in info.value.stuck[0] and "in hung_generate" in info.value.stuck[0]
     assert info.value.dump_dir.startswith(str(run_dir / "watchdog" / "generate_sequences-"))
     assert "hung_generate" in open(os.path.join(info.value.dump_dir, "rank_0.txt")).read()
+
+
+def test_disk_full_during_save_keeps_the_previous_checkpoint(workspace, tmp_path, monkeypatch):
+    import errno
+
+    import verl.utils.checkpoint.fsdp_checkpoint_manager as fsdp_ckpt
+    from verl.trainer.ppo.checkpointing import CheckpointSaveError
+    from verl.utils.checkpoint.integrity import checkpoint_problems
+
+    run_dir = tmp_path / "ckpt"
+    extra = ["trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=1"]
+    trainer = make_trainer(workspace, run_dir, steps=2, extra=extra)
+    real_save = fsdp_ckpt._atomic_torch_save
+
+    def save(obj, path):
+        if "optim" in os.path.basename(path) and trainer.global_steps == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        real_save(obj, path)
+
+    monkeypatch.setattr(fsdp_ckpt, "_atomic_torch_save", save)
+    with pytest.raises(CheckpointSaveError, match=r"step 2 to .*global_step_2 failed: OSError: .*No space left"):
+        trainer.fit()
+    assert read_tracker(str(run_dir)) == 1
+    assert checkpoint_problems(str(run_dir / "global_step_1")) == []
+    assert sorted(os.listdir(run_dir)) == ["global_step_1", "latest_checkpointed_iteration.txt"]
