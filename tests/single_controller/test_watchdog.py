@@ -1,4 +1,5 @@
-"""The watchdog of worker-group calls: a worker that sleeps in a phase is reported, with its stacks, in seconds."""
+"""The watchdog of worker-group calls: a worker that sleeps in a phase is reported, with its stacks, in seconds; a
+worker killed during a call is reported with its role, the phase, the host's memory and the settings to turn."""
 
 import os
 import time
@@ -6,8 +7,8 @@ import time
 import pytest
 import ray
 
-from tests.single_controller.workers_for_tests import SleepyWorker
-from verl.single_controller.base.watchdog import Watchdog, WorkerGroupTimeout, where_stuck
+from tests.single_controller.workers_for_tests import DyingWorker, SleepyWorker
+from verl.single_controller.base.watchdog import Watchdog, WorkerGroupTimeout, WorkerLostError, where_stuck
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
@@ -102,3 +103,26 @@ def test_inprocess_group_interrupts_the_call(tmp_path):
     # the handler is restored and a call within its deadline returns normally
     wg.workers[0].seconds = 0.1
     assert wg.work() == [0]
+
+
+def test_ray_group_reports_a_worker_killed_during_a_phase(ray_cluster):
+    pool = RayResourcePool([2], use_gpu=False)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(DyingWorker), 1), device_name="cpu")
+    try:
+        wg.set_watchdog(Watchdog(timeout_s=60, memory_hints={"work": ["work.micro_batch_size_per_gpu"]}))
+        with pytest.raises(WorkerLostError) as info:
+            wg.work()
+        error = info.value
+        assert error.phase == "work" and error.ranks == [1] and error.role == "DyingWorker"
+        message = str(error)
+        assert "DyingWorker worker rank 1 was lost during 'work'" in message
+        assert "Host memory now: used " in message and " GiB (" in message
+        assert "Settings that lower the memory of 'work': work.micro_batch_size_per_gpu." in message
+        # without a watchdog the loss is reported the same way, without hints
+        with pytest.raises(WorkerLostError, match="rank 1 was lost during 'work'"):
+            wg.set_watchdog(None) or wg.work()
+    finally:
+        for worker in wg.workers:
+            ray.kill(worker)
+        for pg in pool.pgs or []:
+            ray.util.remove_placement_group(pg)

@@ -120,3 +120,19 @@ class SleepyWorker(Worker):
 
             time.sleep(self.seconds)  # the line the watchdog names
         return self.rank
+
+
+class DyingWorker(Worker):
+    """Rank ``dying_rank`` is SIGKILLed in ``work``, as the OS's OOM killer would do."""
+
+    def __init__(self, dying_rank: int = 1):
+        super().__init__()
+        self.dying_rank = dying_rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def work(self) -> int:
+        if self.rank == self.dying_rank:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.rank

@@ -190,3 +190,19 @@ def test_disk_full_during_save_keeps_the_previous_checkpoint(workspace, tmp_path
     assert read_tracker(str(run_dir)) == 1
     assert checkpoint_problems(str(run_dir / "global_step_1")) == []
     assert sorted(os.listdir(run_dir)) == ["global_step_1", "latest_checkpointed_iteration.txt"]
+
+
+def test_memory_hints_name_real_config_keys():
+    """The settings named when a worker is lost for memory exist in ppo_trainer.yaml; each phase has a deadline key."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    from verl.trainer.ppo.ray_trainer import MEMORY_HINTS
+
+    config = compose_config([])
+    for phase, hints in MEMORY_HINTS.items():
+        assert phase in config.trainer.watchdog_phase_timeout_s, phase
+        for hint in hints:
+            for key in re.findall(r"[a-z_]+(?:\.[a-z_]+)+", hint):
+                assert OmegaConf.select(config, key, default="missing") != "missing", (phase, key)

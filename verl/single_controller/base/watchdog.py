@@ -32,6 +32,8 @@ __all__ = [
     "STACK_SIGNAL",
     "Watchdog",
     "WorkerGroupTimeout",
+    "WorkerLostError",
+    "host_memory_summary",
     "install_stack_dump_handler",
     "stack_file_path",
     "where_stuck",
@@ -54,6 +56,42 @@ class WorkerGroupTimeout(TimeoutError):
             f"If the phase is only slow, raise {key} (0 disables the deadline)"
         )
         self.phase, self.timeout_s, self.stuck, self.dump_dir = phase, timeout_s, stuck, dump_dir
+
+
+class WorkerLostError(RuntimeError):
+    """A worker process died during a group call (killed by the OS or Ray's memory monitor, or crashed)."""
+
+    def __init__(self, role: str, phase: str, ranks: list[int], cause: str, memory: str, hints: list[str]) -> None:
+        who = f"rank {', '.join(map(str, ranks))}" if ranks else "a worker"
+        if any(word in cause.lower() for word in ("memory", "oom")):
+            reason = "it was killed for memory (the OS's OOM killer or Ray's memory monitor)"
+        else:
+            reason = "the process died or was killed (the OS's OOM killer ends a process the same way)"
+        lower = f" Settings that lower the memory of '{phase}': {', '.join(hints)}." if hints else ""
+        super().__init__(
+            f"{role} worker {who} was lost during '{phase}': {reason}. Host memory now: {memory}.{lower} "
+            f"Ray said: {cause}"
+        )
+        self.role, self.phase, self.ranks, self.memory, self.hints = role, phase, ranks, memory, hints
+
+
+def host_memory_summary() -> str:
+    """``used X of Y GiB (Z%)`` of this host's memory (the driver's: usually the workers' on one node)."""
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        total, available = vm.total, vm.available
+    except ImportError:
+        try:
+            with open("/proc/meminfo") as f:
+                info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+            total, available = info["MemTotal"], info["MemAvailable"]
+        except (OSError, KeyError, ValueError, IndexError):
+            return "unknown"
+    used = total - available
+    gib = 1024**3
+    return f"used {used / gib:.1f} of {total / gib:.1f} GiB ({100 * used / max(total, 1):.0f}%)"
 
 
 def stack_file_path(pid: int | None = None) -> str:
@@ -112,6 +150,8 @@ class Watchdog:
     dump_dir: str | None = None
     timeout_key: str = "trainer.watchdog_timeout_s"
     phase_key: str = "trainer.watchdog_phase_timeout_s"
+    # per phase: the settings that lower its memory, named when a worker is lost during it
+    memory_hints: dict[str, list[str]] = field(default_factory=dict)
 
     def deadline(self, phase: str) -> float:
         """Seconds the call ``phase`` may take (its own entry, else ``timeout_s``); 0: unlimited."""

@@ -46,10 +46,18 @@ def ray_actor_class(cls):
 
 
 def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
-    """The group method for a registered worker method (see ``make_group_method``), waiting with ``ray.get``."""
+    """The group method for a registered worker method (see ``make_group_method``), waiting with ``ray.get``; a
+    :class:`RayWorkerGroup` also reports a worker lost during the call (``WorkerLostError``)."""
     import ray
 
-    return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=ray.get)
+    if isinstance(self, RayWorkerGroup):
+
+        def resolve(pending):
+            return self._get_reporting_loss(self.phase_name(method_name), pending)
+
+    else:
+        resolve = ray.get
+    return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=resolve)
 
 
 def _request_stacks(pid: int, path: str, signum: int, wait_s: float = 1.0) -> str:
@@ -387,7 +395,29 @@ class RayWorkerGroup(HandleWorkerGroup):
         if not_ready:
             stuck = [i for i, ref in enumerate(refs) if ref in not_ready]
             raise self.watchdog.timed_out(phase, stuck, self._collect_stacks())
-        return ray.get(pending)
+        return self._get_reporting_loss(phase, pending)
+
+    def _get_reporting_loss(self, phase: str, pending):
+        """``ray.get(pending)``; a worker that died turns into :class:`WorkerLostError` naming the role, the phase,
+        the host's memory and (with a watchdog) the settings that lower the phase's memory."""
+        import ray
+
+        try:
+            return ray.get(pending)
+        except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as e:
+            raise self._worker_lost(phase, e) from e
+
+    def _worker_lost(self, phase: str, error: Exception):
+        from verl.single_controller.base.watchdog import WorkerLostError, host_memory_summary
+
+        actor_id = getattr(error, "actor_id", None)
+        ranks = [i for i, w in enumerate(self._workers) if actor_id and w._actor_id.hex() == actor_id]
+        role = self._role_prefix.rstrip("_")
+        if not role:
+            role = self._user_class_name(self.ray_cls_with_init) if self.ray_cls_with_init is not None else "a"
+        hints = list((self.watchdog.memory_hints if self.watchdog is not None else {}).get(phase, []))
+        cause = " ".join(str(error).split())[:600]
+        return WorkerLostError(role, phase, ranks, cause, host_memory_summary(), hints)
 
     def _collect_stacks(self, via_node_tasks: bool = False) -> dict[int, str]:
         """Every worker's Python stacks (all threads); ``{rank: text}``. A worker on another node (on any node with

@@ -54,6 +54,39 @@ __all__ = [
 ]
 
 
+_A, _R, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "critic"
+# the settings that lower each phase's memory, named when a worker is lost (killed for memory) during it
+MEMORY_HINTS: dict[str, list[str]] = {
+    "init_model": [f"{_A}.fsdp_config.param_offload=True", f"{_A}.fsdp_config.optimizer_offload=True"],
+    "generate_sequences": [
+        f"{_R}.gpu_memory_utilization",
+        f"{_R}.max_num_batched_tokens",
+        f"{_R}.n or data.train_batch_size",
+        "data.max_response_length",
+    ],
+    "compute_log_prob": [f"{_R}.log_prob_micro_batch_size_per_gpu", f"{_R}.log_prob_max_token_len_per_gpu"],
+    "compute_ref_log_prob": [
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+    ],
+    "compute_values": [f"{_C}.forward_micro_batch_size_per_gpu", f"{_C}.forward_max_token_len_per_gpu"],
+    "compute_rm_score": ["reward_model.micro_batch_size_per_gpu", "reward_model.forward_max_token_len_per_gpu"],
+    "update_actor": [
+        f"{_A}.ppo_micro_batch_size_per_gpu",
+        f"{_A}.ppo_max_token_len_per_gpu (with use_dynamic_bsz)",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        f"{_A}.fsdp_config.optimizer_offload=True",
+    ],
+    "update_critic": [
+        f"{_C}.ppo_micro_batch_size_per_gpu",
+        f"{_C}.ppo_max_token_len_per_gpu (with use_dynamic_bsz)",
+        f"{_C}.model.enable_gradient_checkpointing=True",
+        f"{_C}.model.fsdp_config.optimizer_offload=True",
+    ],
+    "save_checkpoint": [f"{_A}.checkpoint.save_contents without hf_model"],
+}
+
+
 def pop_worker_timing(output: DataProto, timing_raw: dict) -> DataProto:
     """Move the seconds a worker reported (``meta_info["timing"]``) into ``timing_raw``."""
     timing_raw.update(output.meta_info.pop("timing", {}))
@@ -234,7 +267,8 @@ class RayPPOTrainer:
         self.async_rollout_mode = self.ppo_config.actor_rollout_ref.rollout.mode == "async"
 
     def _make_watchdog(self):
-        """Deadlines of the worker-group calls (``trainer.watchdog_*``); stacks go under the run directory."""
+        """Deadlines of the worker-group calls (``trainer.watchdog_*``), stacks written under the run directory; a
+        worker lost during a phase is reported with the settings that lower that phase's memory."""
         from verl.single_controller.base.watchdog import Watchdog
 
         trainer = self.ppo_config.trainer
@@ -242,6 +276,7 @@ class RayPPOTrainer:
             timeout_s=trainer.watchdog_timeout_s,
             phase_timeout_s=dict(trainer.watchdog_phase_timeout_s or {}),
             dump_dir=os.path.join(os.path.abspath(trainer.default_local_dir), "watchdog"),
+            memory_hints=MEMORY_HINTS,
         )
 
     # ------------------------------------------------------------------------------------------------ phases
