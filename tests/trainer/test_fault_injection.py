@@ -206,3 +206,29 @@ def test_memory_hints_name_real_config_keys():
         for hint in hints:
             for key in re.findall(r"[a-z_]+(?:\.[a-z_]+)+", hint):
                 assert OmegaConf.select(config, key, default="missing") != "missing", (phase, key)
+
+
+HUNG_REWARD_FN = """
+import time
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    time.sleep(120)  # a rule that never returns
+    return 0.0
+"""
+
+
+def test_hung_reward_function_stops_with_the_phase_and_the_line(workspace, tmp_path):
+    reward = tmp_path / "hung_reward.py"
+    reward.write_text(HUNG_REWARD_FN)
+    run_dir = tmp_path / "ckpt"
+    extra = ["trainer.watchdog_phase_timeout_s.compute_reward=2"]
+    trainer = make_trainer(workspace, run_dir, steps=1, reward=str(reward), extra=extra)
+    start = time.monotonic()
+    with pytest.raises(WorkerGroupTimeout) as info:
+        trainer.fit()
+    assert time.monotonic() - start < 30
+    message = str(info.value)
+    assert "driver phase 'compute_reward' did not return within 2s" in message
+    assert f"driver at {reward}:6 in compute_score" in message
+    assert os.listdir(info.value.dump_dir) == ["rank_driver.txt"]

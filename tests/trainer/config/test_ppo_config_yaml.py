@@ -173,7 +173,7 @@ EXPECTED_PPO = {
         "watchdog_phase_timeout_s": {
             "init_model": 7200, "generate_sequences": None, "compute_log_prob": None, "compute_ref_log_prob": None,
             "compute_values": None, "compute_rm_score": None, "update_actor": None, "update_critic": None,
-            "save_checkpoint": 7200, "load_checkpoint": 7200,
+            "save_checkpoint": 7200, "load_checkpoint": 7200, "compute_reward": None,
         },
     },
     "ray_init": {"num_cpus": None, "timeline_json_file": None},

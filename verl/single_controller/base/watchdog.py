@@ -48,11 +48,17 @@ _installed_file = None
 class WorkerGroupTimeout(TimeoutError):
     """A worker-group call outlived its phase's deadline; ``stuck`` maps each rank that did not return to its line."""
 
-    def __init__(self, phase: str, timeout_s: float, stuck: dict[int, str], dump_dir: str | None, key: str) -> None:
-        ranks = ", ".join(f"rank {r} at {where}" for r, where in sorted(stuck.items())) or "no rank identified"
-        dumped = f"; every worker's stacks are in {dump_dir}" if dump_dir else ""
+    def __init__(
+        self, phase: str, timeout_s: float, stuck: dict[int | str, str], dump_dir: str | None, key: str
+    ) -> None:
+        def who(r):
+            return f"rank {r}" if isinstance(r, int) else str(r)
+
+        ranks = ", ".join(f"{who(r)} at {w}" for r, w in sorted(stuck.items(), key=str)) or "no rank identified"
+        dumped = f"; the stacks are in {dump_dir}" if dump_dir else ""
+        kind = "worker-group call" if all(isinstance(r, int) for r in stuck) else "driver phase"
         super().__init__(
-            f"worker-group call '{phase}' did not return within {timeout_s:g}s ({key}): {ranks}{dumped}. "
+            f"{kind} '{phase}' did not return within {timeout_s:g}s ({key}): {ranks}{dumped}. "
             f"If the phase is only slow, raise {key} (0 disables the deadline)"
         )
         self.phase, self.timeout_s, self.stuck, self.dump_dir = phase, timeout_s, stuck, dump_dir
@@ -164,7 +170,7 @@ class Watchdog:
         """The setting that gave ``phase`` its deadline."""
         return f"{self.phase_key}.{phase}" if self.phase_timeout_s.get(phase) is not None else self.timeout_key
 
-    def write_dumps(self, phase: str, stacks: dict[int, str]) -> str | None:
+    def write_dumps(self, phase: str, stacks: dict) -> str | None:
         """Write ``{rank: stacks text}`` under ``dump_dir/<phase>-<time>/``; returns the folder."""
         if not self.dump_dir:
             return None
@@ -175,7 +181,7 @@ class Watchdog:
                 f.write(text)
         return folder
 
-    def timed_out(self, phase: str, stuck_ranks: list[int], stacks: dict[int, str]) -> WorkerGroupTimeout:
+    def timed_out(self, phase: str, stuck_ranks: list, stacks: dict) -> WorkerGroupTimeout:
         """The error for ``phase`` with the stacks of every rank written out (``stuck_ranks`` did not return)."""
         folder = self.write_dumps(phase, stacks)
         stuck = {r: where_stuck(stacks.get(r, ""), phase) for r in stuck_ranks}
@@ -184,10 +190,11 @@ class Watchdog:
         return error
 
     @contextmanager
-    def in_process(self, phase: str):
-        """Guard a call that runs in this process (rank 0): on the deadline, dump this process's stacks and
-        interrupt the main thread with :class:`WorkerGroupTimeout`. Off the main thread the stacks are written and
-        the error raised once the call returns."""
+    def in_process(self, phase: str, who: int | str = 0):
+        """Guard a call that runs in this process (``who``: rank 0 of an in-process group, or ``"driver"`` for the
+        driver's own phases such as the reward): on the deadline, dump this process's stacks and interrupt the main
+        thread with :class:`WorkerGroupTimeout`. Off the main thread the stacks are written and the error raised
+        once the call returns."""
         timeout = self.deadline(phase)
         if not timeout:
             yield
@@ -202,13 +209,13 @@ class Watchdog:
             with lock:  # the call may have returned meanwhile: then no signal may reach a restored handler
                 if done:
                     return
-                fired.append(self.timed_out(phase, [0], {0: _prefer_thread(stacks, caller)}))
+                fired.append(self.timed_out(phase, [who], {who: _prefer_thread(stacks, caller)}))
                 if on_main:
                     signal.pthread_kill(caller, INTERRUPT_SIGNAL)
 
         def interrupt(signum, frame):
-            if fired:
-                raise fired[0]
+            if fired:  # a BaseException, so no `except Exception` in the interrupted code (a reward manager) eats it
+                raise _Interrupted
 
         previous = signal.signal(INTERRUPT_SIGNAL, interrupt) if on_main else None
         timer = threading.Timer(timeout, expire)
@@ -216,6 +223,8 @@ class Watchdog:
         timer.start()
         try:
             yield
+        except _Interrupted:
+            raise fired[0] from None
         finally:
             with lock:
                 done.append(True)
@@ -224,6 +233,10 @@ class Watchdog:
                 signal.signal(INTERRUPT_SIGNAL, previous)
         if fired:
             raise fired[0]
+
+
+class _Interrupted(BaseException):
+    """Raised into the main thread when an in-process deadline passes; turned into WorkerGroupTimeout at the guard."""
 
 
 def _dump_this_process() -> str:

@@ -19,6 +19,7 @@ _WATCHDOG_PHASES = {
     "update_critic": None,
     "save_checkpoint": 7200,
     "load_checkpoint": 7200,
+    "compute_reward": None,
 }
 
 

@@ -6,6 +6,7 @@ update critic, update actor. Each phase is one method; recipes subclass the trai
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -248,7 +249,7 @@ class RayPPOTrainer:
             )
             all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
 
-        watchdog = self._make_watchdog()
+        self._watchdog = watchdog = self._make_watchdog()
         for group in all_wg.values():
             group.set_watchdog(watchdog)
         # the rollout engine is built last so it sizes its cache after the other models are resident
@@ -327,7 +328,13 @@ class RayPPOTrainer:
         if self.use_rm:
             batch = batch.union(pop_worker_timing(self.rm_wg.compute_rm_score(batch), timing_raw))
         launch_async = self.ppo_config.reward_model.launch_reward_fn_async
-        return batch, submit_reward(batch, self.reward_fn, self.ppo_config, self.tokenizer, launch_async)
+        with self._driver_phase("compute_reward"):
+            return batch, submit_reward(batch, self.reward_fn, self.ppo_config, self.tokenizer, launch_async)
+
+    def _driver_phase(self, phase: str):
+        """The watchdog's deadline for a phase the driver runs itself (the reward); none before ``init_workers``."""
+        watchdog = getattr(self, "_watchdog", None)
+        return watchdog.in_process(phase, who="driver") if watchdog is not None else contextlib.nullcontext()
 
     def _needs_old_log_prob(self) -> bool:
         """Whether the update needs the old log-probs from a pass of their own.
@@ -373,10 +380,10 @@ class RayPPOTrainer:
     def _compute_values(self, batch: DataProto, timing_raw: dict) -> DataProto:
         return batch.union(pop_worker_timing(self.critic_wg.compute_values(batch), timing_raw))
 
-    @staticmethod
-    def _store_reward(batch: DataProto, reward: PendingReward) -> DataProto:
+    def _store_reward(self, batch: DataProto, reward: PendingReward) -> DataProto:
         """Wait for ``reward`` and put it on the batch: ``token_level_scores`` and one array per extra-info key."""
-        reward_tensor, reward_extra_infos = reward.result()
+        with self._driver_phase("compute_reward"):
+            reward_tensor, reward_extra_infos = reward.result()
         batch.batch["token_level_scores"] = reward_tensor
         if reward_extra_infos:
             batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos.items()})
