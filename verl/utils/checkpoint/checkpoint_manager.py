@@ -109,6 +109,21 @@ def list_checkpoints(root_path: str, directory_format: str = "global_step_{}") -
     return sorted(found)
 
 
+def _tracked_folder(root_path: str | None, directory_format: str) -> tuple[int, str] | None:
+    """``(step, folder)`` the tracker in ``root_path`` names; None (logged) without a tracker or that folder."""
+    if root_path is None:
+        return None
+    step = read_tracker(root_path)
+    if step is None:
+        logger.info("checkpoint tracker file does not exist: %s", get_checkpoint_tracker_filename(root_path))
+        return None
+    folder = os.path.join(root_path, directory_format.format(step))
+    if not os.path.isdir(folder):
+        logger.warning("checkpoint folder %s named by the tracker does not exist", folder)
+        return None
+    return step, folder
+
+
 def find_latest_ckpt_path(path: str | None, directory_format: str = "global_step_{}") -> str | None:
     """The folder of the step named by the tracker in ``path``; None when there is no usable checkpoint.
 
@@ -117,16 +132,10 @@ def find_latest_ckpt_path(path: str | None, directory_format: str = "global_step
     folder at or before the tracked step is returned instead. Folders written without markers (verl's
     non-atomic saves) are trusted as the tracker names them.
     """
-    if path is None:
+    tracked = _tracked_folder(path, directory_format)
+    if tracked is None:
         return None
-    step = read_tracker(path)
-    if step is None:
-        logger.info("checkpoint tracker file does not exist: %s", get_checkpoint_tracker_filename(path))
-        return None
-    folder = os.path.join(path, directory_format.format(step))
-    if not os.path.isdir(folder):
-        logger.warning("checkpoint folder %s named by the tracker does not exist", folder)
-        return None
+    step, folder = tracked
     if is_complete_checkpoint(folder):
         return folder
     complete = [(s, p) for s, p in list_checkpoints(path, directory_format) if is_complete_checkpoint(p)]
@@ -147,16 +156,10 @@ def find_resumable_ckpt_path(root_path: str | None, directory_format: str = "glo
     or unpublished one is skipped with a warning that names the bad file, and older folders are tried in turn.
     Without a tracker, or when the tracked folder does not exist, there is nothing to resume (verl's behaviour).
     """
-    if root_path is None:
+    tracked = _tracked_folder(root_path, directory_format)
+    if tracked is None:
         return None
-    step = read_tracker(root_path)
-    if step is None:
-        logger.info("checkpoint tracker file does not exist: %s", get_checkpoint_tracker_filename(root_path))
-        return None
-    tracked = os.path.join(root_path, directory_format.format(step))
-    if not os.path.isdir(tracked):
-        logger.warning("checkpoint folder %s named by the tracker does not exist", tracked)
-        return None
+    step = tracked[0]
     candidates = [p for s, p in list_checkpoints(root_path, directory_format) if s <= step]
     # folders without a marker are verl's (non-atomic) saves: trusted only where no folder carries a marker
     any_marker = any(is_complete_checkpoint(p) for p in candidates)
