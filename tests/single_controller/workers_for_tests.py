@@ -104,3 +104,35 @@ class ProfiledWorker(Worker, DistProfilerExtension):
     @DistProfiler.annotate("work")
     def work(self) -> int:
         return sum(range(10))
+
+
+class SleepyWorker(Worker):
+    """Rank ``sleepy_rank`` sleeps ``seconds`` in ``work``; the others return at once (a hung phase)."""
+
+    def __init__(self, sleepy_rank: int = 1, seconds: float = 60.0):
+        super().__init__()
+        self.sleepy_rank, self.seconds = sleepy_rank, seconds
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def work(self) -> int:
+        if self.rank == self.sleepy_rank:
+            import time
+
+            time.sleep(self.seconds)  # the line the watchdog names
+        return self.rank
+
+
+class DyingWorker(Worker):
+    """Rank ``dying_rank`` is SIGKILLed in ``work``, as the OS's OOM killer would do."""
+
+    def __init__(self, dying_rank: int = 1):
+        super().__init__()
+        self.dying_rank = dying_rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def work(self) -> int:
+        if self.rank == self.dying_rank:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.rank

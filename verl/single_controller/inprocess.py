@@ -107,3 +107,8 @@ class InProcessWorkerGroup(HandleWorkerGroup):
 
     def _resolve(self, pending):
         return _resolve(pending)
+
+    def _run_with_deadline(self, phase: str, start):
+        # the call runs right here, in the driver: the watchdog interrupts it from a timer thread
+        with self.watchdog.in_process(phase):
+            return _resolve(start())

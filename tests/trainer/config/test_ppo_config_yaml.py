@@ -166,6 +166,15 @@ EXPECTED_PPO = {
         "console_format": "compact",
         # Ours: progress bar, learning-curve PNG and report.md (verl has no such key).
         "run_report": True,
+        # Ours: steps in a row with a skipped non-finite update or reward before the run stops.
+        "max_consecutive_nonfinite": 3,
+        # Ours: the watchdog's deadlines (seconds) of worker-group calls.
+        "watchdog_timeout_s": 3600,
+        "watchdog_phase_timeout_s": {
+            "init_model": 7200, "generate_sequences": None, "compute_log_prob": None, "compute_ref_log_prob": None,
+            "compute_values": None, "compute_rm_score": None, "update_actor": None, "update_critic": None,
+            "save_checkpoint": 7200, "load_checkpoint": 7200, "compute_reward": None,
+        },
     },
     "ray_init": {"num_cpus": None, "timeline_json_file": None},
 }

@@ -203,8 +203,10 @@ def test_update_policy_changes_params_and_reports_verl_metrics():
         "actor/kl_loss",
         "actor/kl_coef",
         "actor/grad_norm",
+        "actor/nonfinite_skipped",
     }
     assert set(metrics) == expected
+    assert metrics["actor/nonfinite_skipped"] == [0.0]
     # 2 epochs x 2 mini batches = 4 optimizer steps; 3 micro batches of one row per mini batch.
     assert len(metrics["actor/grad_norm"]) == 4
     assert len(metrics["actor/pg_loss"]) == 12
@@ -245,8 +247,10 @@ def test_non_finite_grad_norm_skips_the_step(caplog):
     data.batch["advantages"][0, 0] = float("nan")
     with caplog.at_level(logging.WARNING):
         model, metrics = _one_update(actor_config(), data=data)
-    assert "not finite" in caplog.text
+    assert "actor update at global step None, mini batch 0: non-finite loss (micro batch 0 loss=nan" in caplog.text
     assert not all(torch.isfinite(torch.tensor(metrics["actor/grad_norm"])))
+    # one mini batch of all 6 rows: its one update is skipped
+    assert metrics["actor/nonfinite_skipped"] == [1.0]
     for a, b in zip(model.parameters(), tiny_lm().parameters()):
         assert torch.equal(a, b)
 

@@ -1,5 +1,7 @@
 """DataParallelPPOCritic on a tiny Qwen2 token-classification model (a value head per token)."""
 
+import logging
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -120,10 +122,42 @@ def test_update_critic_metrics_and_loss_decreases():
     for _ in range(15):
         metrics = critic.update_critic(data)
         losses.append(sum(metrics["critic/vf_loss"]) / len(metrics["critic/vf_loss"]))
-    assert set(metrics) == {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm"}
+    assert set(metrics) == {
+        "critic/vf_loss",
+        "critic/vf_clipfrac",
+        "critic/vpred_mean",
+        "critic/grad_norm",
+        "critic/nonfinite_skipped",
+    }
+    assert metrics["critic/nonfinite_skipped"] == [0.0]
     assert len(metrics["critic/grad_norm"]) == 2  # two mini batches of 3
     assert len(metrics["critic/vf_loss"]) == 2  # one micro batch of 3 in each
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_non_finite_return_skips_only_its_mini_batch(caplog):
+    model = tiny_critic()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    critic = DataParallelPPOCritic(critic_config(ppo_mini_batch_size=3, ppo_micro_batch_size_per_gpu=3), model, opt)
+    data = rollout_batch()
+    data.batch["returns"][4, 0] = float("inf")  # the second mini batch (rows 3..5)
+    data.meta_info["global_steps"] = 7
+    snapshots = []
+    real_step = critic._optimizer_step
+
+    def recording_step():
+        norm = real_step()
+        snapshots.append([p.detach().clone() for p in model.parameters()])
+        return norm
+
+    critic._optimizer_step = recording_step
+    with caplog.at_level(logging.WARNING):
+        metrics = critic.update_critic(data)
+    assert metrics["critic/nonfinite_skipped"] == [1.0]
+    assert "critic update at global step 7, mini batch 1: non-finite loss (micro batch 0" in caplog.text
+    assert len(snapshots) == 1  # the first mini batch stepped; the second never reached the optimizer
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), snapshots[0]))
+    assert torch.isnan(torch.tensor(metrics["critic/grad_norm"][1]))
 
 
 def test_update_critic_with_remove_padding_matches_padded():

@@ -86,6 +86,16 @@ class HandleWorkerGroup(WorkerGroup):
         """The value(s) of what ``_execute_remote_single_worker`` returned (a list of them, or one)."""
         raise NotImplementedError
 
+    def _run_with_deadline(self, phase: str, start):
+        """``start()`` (which issues the call and returns what is pending) and its value(s), within the watchdog's
+        deadline for ``phase``; raises :class:`~verl.single_controller.base.watchdog.WorkerGroupTimeout` past it."""
+        raise NotImplementedError
+
+    def set_watchdog(self, watchdog) -> None:
+        """Give this group's blocking calls the deadlines of ``watchdog`` (a
+        :class:`~verl.single_controller.base.watchdog.Watchdog`; None removes them)."""
+        self.watchdog = watchdog
+
     @classmethod
     def from_detached(
         cls, name_prefix=None, worker_names=None, worker_handles=None, ray_cls_with_init=None, **kwargs
@@ -117,6 +127,7 @@ class HandleWorkerGroup(WorkerGroup):
             )
             group._master_addr, group._master_port = self._master_addr, self._master_port
             role_prefix = f"{prefix}_"
+            group._role_prefix = role_prefix
             for method_name in dir(group):
                 if method_name.startswith(role_prefix):
                     setattr(group, method_name[len(role_prefix) :], getattr(group, method_name))

@@ -138,6 +138,19 @@ class Worker(WorkerHelper):
                 os.environ[key] = str(val)
         os.environ["REDIS_STORE_SERVER_HOST"] = str(self._master_addr).replace("[", "").replace("]", "")
         self.fused_worker_dict: dict = {}
+        if os.getenv("WG_BACKEND") == "ray":  # a process of its own: the driver's watchdog may ask for its stacks
+            from verl.single_controller.base.watchdog import install_stack_dump_handler
+
+            self._stack_file = install_stack_dump_handler()
+
+    def watchdog_process_info(self) -> tuple[str | None, int, str | None]:
+        """``(Ray node id, pid, stack file)`` of this worker, for the driver's watchdog (a plain actor method)."""
+        node_id = None
+        if os.getenv("WG_BACKEND") == "ray":
+            import ray
+
+            node_id = ray.get_runtime_context().get_node_id()
+        return node_id, os.getpid(), getattr(self, "_stack_file", None)
 
     @staticmethod
     def _normalize_visible_devices() -> None:

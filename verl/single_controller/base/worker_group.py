@@ -86,6 +86,14 @@ class WorkerGroup:
         self._master_addr = None
         self._master_port = None
         self._checker_thread = None
+        self.watchdog = None  # a Watchdog gives the group's calls deadlines (set_watchdog)
+        self._role_prefix = ""  # "critic_" for the critic's group spawned from a colocated worker
+
+    def phase_name(self, method_name: str) -> str:
+        """The worker method a group method calls, without the role prefix of a colocated worker's method."""
+        if self._role_prefix and method_name.startswith(self._role_prefix):
+            return method_name[len(self._role_prefix) :]
+        return method_name
 
     def _is_worker_alive(self, worker) -> bool:
         raise NotImplementedError
@@ -152,9 +160,14 @@ def make_group_method(worker_group, method_name: str, dispatch_fn, collect_fn, e
     def call(_self, *args, **kwargs):
         args, kwargs = dispatch_fn(worker_group, *args, **kwargs)
         padding_count = kwargs.pop(_padding_size_key, 0)
-        output = execute_fn(method_name, *args, **kwargs)
-        if blocking:
-            output = resolve(output)
+        watchdog = getattr(worker_group, "watchdog", None)
+        phase = worker_group.phase_name(method_name) if watchdog is not None else method_name
+        if blocking and watchdog is not None and watchdog.deadline(phase):
+            output = worker_group._run_with_deadline(phase, lambda: execute_fn(method_name, *args, **kwargs))
+        else:
+            output = execute_fn(method_name, *args, **kwargs)
+            if blocking:
+                output = resolve(output)
         output = collect_fn(worker_group, output)
         if padding_count:
             if isinstance(output, DataProto):

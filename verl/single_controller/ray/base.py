@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 import logging
 import os
@@ -45,10 +46,35 @@ def ray_actor_class(cls):
 
 
 def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
-    """The group method for a registered worker method (see ``make_group_method``), waiting with ``ray.get``."""
+    """The group method for a registered worker method (see ``make_group_method``), waiting with ``ray.get``; a
+    :class:`RayWorkerGroup` also reports a worker lost during the call (``WorkerLostError``)."""
     import ray
 
-    return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=ray.get)
+    if isinstance(self, RayWorkerGroup):
+
+        def resolve(pending):
+            return self._get_reporting_loss(self.phase_name(method_name), pending)
+
+    else:
+        resolve = ray.get
+    return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=resolve)
+
+
+def _request_stacks(pid: int, path: str, signum: int, wait_s: float = 1.0) -> str:
+    """On the worker's node: empty its stack file, signal it to write its stacks, and return what it wrote."""
+    with open(path, "w"):
+        pass
+    os.kill(pid, signum)
+    deadline = time.monotonic() + wait_s * 5
+    text, last = "", -1
+    while time.monotonic() < deadline:  # done when the file stops growing
+        time.sleep(wait_s / 5)
+        with open(path) as f:
+            text = f.read()
+        if text and len(text) == last:
+            break
+        last = len(text)
+    return text
 
 
 def sort_placement_group_by_node_ip(pgs: list[PlacementGroup]) -> list[PlacementGroup]:
@@ -349,6 +375,78 @@ class RayWorkerGroup(HandleWorkerGroup):
         import ray
 
         return ray.get(pending)
+
+    def set_watchdog(self, watchdog) -> None:
+        """As the base; also learns each worker's node and process id, needed to ask for its stacks later."""
+        import ray
+
+        super().set_watchdog(watchdog)
+        if watchdog is not None:
+            timeout = watchdog.deadline("init_model") or None
+            refs = [w.watchdog_process_info.remote() for w in self._workers]
+            self._worker_processes = ray.get(refs, timeout=timeout)
+
+    def _run_with_deadline(self, phase: str, start):
+        import ray
+
+        pending = start()
+        refs = pending if isinstance(pending, list) else [pending]
+        _, not_ready = ray.wait(refs, num_returns=len(refs), timeout=self.watchdog.deadline(phase))
+        if not_ready:
+            stuck = [i for i, ref in enumerate(refs) if ref in not_ready]
+            raise self.watchdog.timed_out(phase, stuck, self._collect_stacks())
+        return self._get_reporting_loss(phase, pending)
+
+    def _get_reporting_loss(self, phase: str, pending):
+        """``ray.get(pending)``; a worker that died turns into :class:`WorkerLostError` naming the role, the phase,
+        the host's memory and (with a watchdog) the settings that lower the phase's memory."""
+        import ray
+
+        try:
+            return ray.get(pending)
+        except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as e:
+            raise self._worker_lost(phase, e) from e
+
+    def _worker_lost(self, phase: str, error: Exception):
+        from verl.single_controller.base.watchdog import WorkerLostError, host_memory_summary
+
+        actor_id = getattr(error, "actor_id", None)
+        ranks = [i for i, w in enumerate(self._workers) if actor_id and w._actor_id.hex() == actor_id]
+        role = self._role_prefix.rstrip("_")
+        if not role:
+            role = self._user_class_name(self.ray_cls_with_init) if self.ray_cls_with_init is not None else "a"
+        hints = list((self.watchdog.memory_hints if self.watchdog is not None else {}).get(phase, []))
+        cause = " ".join(str(error).split())[:600]
+        return WorkerLostError(role, phase, ranks, cause, host_memory_summary(), hints)
+
+    def _collect_stacks(self, via_node_tasks: bool = False) -> dict[int, str]:
+        """Every worker's Python stacks (all threads); ``{rank: text}``. A worker on another node (on any node with
+        ``via_node_tasks``) is asked through a zero-CPU task pinned to its node."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from verl.single_controller.base.watchdog import STACK_SIGNAL
+
+        request = ray.remote(num_cpus=0)(_request_stacks)
+        here = ray.get_runtime_context().get_node_id()
+        pending = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            for rank, (node_id, pid, path) in enumerate(getattr(self, "_worker_processes", [])):
+                if path is None:
+                    continue
+                if node_id == here and not via_node_tasks:  # signalled from here: no task to start
+                    pending[rank] = pool.submit(_request_stacks, pid, path, int(STACK_SIGNAL))
+                else:
+                    strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+                    ref = request.options(scheduling_strategy=strategy).remote(pid, path, int(STACK_SIGNAL))
+                    pending[rank] = pool.submit(ray.get, ref, timeout=30)
+            stacks = {}
+            for rank, future in pending.items():
+                try:
+                    stacks[rank] = future.result()
+                except Exception as e:  # a dead node or worker: say so in its dump instead of failing the report
+                    stacks[rank] = f"could not collect the stacks of rank {rank}: {type(e).__name__}: {e}"
+        return stacks
 
 
 # ------------------------------------------------------------------------------------------------- colocation

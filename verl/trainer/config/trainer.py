@@ -8,6 +8,20 @@ from verl.utils.config import BaseConfig
 
 __all__ = ["CustomRewardFunctionConfig", "RayInitConfig", "TrainerConfig"]
 
+_WATCHDOG_PHASES = {
+    "init_model": 7200,
+    "generate_sequences": None,
+    "compute_log_prob": None,
+    "compute_ref_log_prob": None,
+    "compute_values": None,
+    "compute_rm_score": None,
+    "update_actor": None,
+    "update_critic": None,
+    "save_checkpoint": 7200,
+    "load_checkpoint": 7200,
+    "compute_reward": None,
+}
+
 
 @dataclass
 class TrainerConfig(BaseConfig):
@@ -58,6 +72,11 @@ class TrainerConfig(BaseConfig):
     device: str = "cuda"
     console_format: str = "compact"
     run_report: bool = True
+    # ours: deadline (seconds) of every worker-group call, and per phase (worker method; null: the general one)
+    watchdog_timeout_s: float = 3600
+    watchdog_phase_timeout_s: dict = field(default_factory=lambda: dict(_WATCHDOG_PHASES))
+    # ours: stop after this many steps in a row with a skipped non-finite update or reward (0: never)
+    max_consecutive_nonfinite: int = 3
     remove_previous_ckpt_in_save: bool = False
 
     @property

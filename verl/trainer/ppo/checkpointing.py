@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 import torch
 
@@ -17,6 +18,31 @@ from verl.trainer.config import TrainerConfig
 logger = logging.getLogger(__name__)
 
 _STEP_PREFIX = "global_step_"
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The worker's own exception behind a Ray task error (``RayTaskError.cause``), else ``error`` itself."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, BaseException) else error
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint save failed; earlier checkpoints and the tracker are as they were before it started."""
+
+    def __init__(self, step: int, path: str, root: str, error: BaseException) -> None:
+        from verl.utils.checkpoint.checkpoint_manager import read_tracker
+
+        cause = _root_cause(error)
+        detail = str(cause).strip().splitlines()
+        tracked = read_tracker(root)
+        latest = f"{_STEP_PREFIX}{tracked}" if tracked is not None else "none"
+        super().__init__(
+            f"saving the checkpoint of step {step} to {path} failed: {type(cause).__name__}: "
+            f"{detail[-1] if detail else ''}. Earlier checkpoints and {root}/latest_checkpointed_iteration.txt are "
+            f"unchanged (latest: {latest}); free space or fix the permissions of trainer.default_local_dir, then "
+            "resume with trainer.resume_mode=auto"
+        )
+        self.step, self.path, self.cause = step, path, cause
 
 
 class TrainerCheckpointer:
@@ -43,31 +69,51 @@ class TrainerCheckpointer:
             write_tracker,
         )
 
-        remove_stale_staging(self.root)  # leftovers of a save that was killed
         final = os.path.join(self.root, f"{_STEP_PREFIX}{step}")
-        staging = staging_dir(final)
+        try:
+            remove_stale_staging(self.root)  # leftovers of a save that was killed
+            staging = staging_dir(final)
+        except OSError as e:
+            raise CheckpointSaveError(step, final, self.root, e) from e
         hdfs_root = self.config.default_hdfs_dir
 
         def remote(role):
             return None if hdfs_root is None else os.path.join(hdfs_root, f"{_STEP_PREFIX}{step}", role)
 
-        # the workers' own rotation is off (None): old checkpoints go only after the new one is published
-        actor_rollout_wg.save_checkpoint(os.path.join(staging, "actor"), remote("actor"), step, None)
-        if critic_wg is not None:
-            critic_wg.save_checkpoint(os.path.join(staging, "critic"), remote("critic"), step, None)
-        for name, group in (extra_groups or {}).items():
-            group.save_checkpoint(os.path.join(staging, name), remote(name), step, None)
-        torch.save(train_dataloader.state_dict(), os.path.join(staging, "data.pt"))
-        publish_checkpoint(staging, final, metadata={"global_step": step})
-        write_tracker(self.root, step)
+        try:
+            # the workers' own rotation is off (None): old checkpoints go only after the new one is published
+            actor_rollout_wg.save_checkpoint(os.path.join(staging, "actor"), remote("actor"), step, None)
+            if critic_wg is not None:
+                critic_wg.save_checkpoint(os.path.join(staging, "critic"), remote("critic"), step, None)
+            for name, group in (extra_groups or {}).items():
+                group.save_checkpoint(os.path.join(staging, name), remote(name), step, None)
+            torch.save(train_dataloader.state_dict(), os.path.join(staging, "data.pt"))
+            publish_checkpoint(staging, final, metadata={"global_step": step})
+            write_tracker(self.root, step)
+        except Exception as e:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise CheckpointSaveError(step, final, self.root, e) from e
         keep_actor, keep_critic = self._keep_counts()
-        remove_old_checkpoints(self.root, keep_actor, subdir="actor")
-        if critic_wg is not None:
-            remove_old_checkpoints(self.root, keep_critic, subdir="critic")
+        try:
+            remove_old_checkpoints(self.root, keep_actor, subdir="actor")
+            if critic_wg is not None:
+                remove_old_checkpoints(self.root, keep_critic, subdir="critic")
+        except OSError as e:  # the new checkpoint is whole and tracked: a failed clean-up loses nothing
+            logger.warning("checkpoint %s saved, but removing older checkpoints failed: %s", final, e)
 
     def _resume_folder(self) -> str | None:
-        """The checkpoint folder ``trainer.resume_mode`` selects, or None to start from scratch."""
-        from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path, is_complete_checkpoint
+        """The checkpoint folder ``trainer.resume_mode`` selects, or None to start from scratch.
+
+        ``auto`` verifies the tracked checkpoint (manifest, shard set, readable files) and falls back to the newest
+        whole one with a warning naming the bad file; a tracker with no whole checkpoint behind it is an error (a
+        fresh start would silently redo the run). ``resume_path`` to a damaged checkpoint is an error naming the file.
+        """
+        from verl.utils.checkpoint.checkpoint_manager import (
+            find_resumable_ckpt_path,
+            is_complete_checkpoint,
+            read_tracker,
+        )
+        from verl.utils.checkpoint.integrity import verify_checkpoint
 
         mode = self.config.resume_mode
         if mode == "disable":
@@ -75,7 +121,15 @@ class TrainerCheckpointer:
         if self.config.default_hdfs_dir is not None:
             raise NotImplementedError("trainer.default_hdfs_dir is set: resuming from HDFS is not supported")
         if mode == "auto":
-            folder = find_latest_ckpt_path(self.root)
+            folder = find_resumable_ckpt_path(self.root)
+            tracked = read_tracker(self.root)
+            tracked_dir = None if tracked is None else os.path.join(self.root, f"{_STEP_PREFIX}{tracked}")
+            if folder is None and tracked_dir is not None and os.path.isdir(tracked_dir):
+                raise RuntimeError(
+                    f"trainer.resume_mode=auto: no checkpoint under {self.root} up to the tracked step {tracked} is "
+                    "whole (see the warnings above for the damaged files); restore one, pass another with "
+                    "trainer.resume_mode=resume_path, or start afresh with trainer.resume_mode=disable"
+                )
             if folder is None:
                 logger.warning("no checkpoint under %s: training from scratch", self.root)
             return folder
@@ -90,6 +144,7 @@ class TrainerCheckpointer:
             raise FileNotFoundError(f"trainer.resume_from_path={folder} does not exist")
         if not is_complete_checkpoint(folder):
             logger.warning("%s was never published as a complete checkpoint; resuming from it anyway", folder)
+        verify_checkpoint(folder)  # CheckpointDamagedError names the bad file
         return folder
 
     def load(self, actor_rollout_wg, critic_wg, train_dataloader, extra_groups: dict | None = None) -> int:

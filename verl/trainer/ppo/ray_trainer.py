@@ -6,7 +6,9 @@ update critic, update actor. Each phase is one method; recipes subclass the trai
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import uuid
 from copy import deepcopy
 
@@ -52,6 +54,39 @@ __all__ = [
     "compute_advantage",
     "compute_response_mask",
 ]
+
+
+_A, _R, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "critic"
+# the settings that lower each phase's memory, named when a worker is lost (killed for memory) during it
+MEMORY_HINTS: dict[str, list[str]] = {
+    "init_model": [f"{_A}.fsdp_config.param_offload=True", f"{_A}.fsdp_config.optimizer_offload=True"],
+    "generate_sequences": [
+        f"{_R}.gpu_memory_utilization",
+        f"{_R}.max_num_batched_tokens",
+        f"{_R}.n or data.train_batch_size",
+        "data.max_response_length",
+    ],
+    "compute_log_prob": [f"{_R}.log_prob_micro_batch_size_per_gpu", f"{_R}.log_prob_max_token_len_per_gpu"],
+    "compute_ref_log_prob": [
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+    ],
+    "compute_values": [f"{_C}.forward_micro_batch_size_per_gpu", f"{_C}.forward_max_token_len_per_gpu"],
+    "compute_rm_score": ["reward_model.micro_batch_size_per_gpu", "reward_model.forward_max_token_len_per_gpu"],
+    "update_actor": [
+        f"{_A}.ppo_micro_batch_size_per_gpu",
+        f"{_A}.ppo_max_token_len_per_gpu (with use_dynamic_bsz)",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        f"{_A}.fsdp_config.optimizer_offload=True",
+    ],
+    "update_critic": [
+        f"{_C}.ppo_micro_batch_size_per_gpu",
+        f"{_C}.ppo_max_token_len_per_gpu (with use_dynamic_bsz)",
+        f"{_C}.model.enable_gradient_checkpointing=True",
+        f"{_C}.model.fsdp_config.optimizer_offload=True",
+    ],
+    "save_checkpoint": [f"{_A}.checkpoint.save_contents without hf_model"],
+}
 
 
 def pop_worker_timing(output: DataProto, timing_raw: dict) -> DataProto:
@@ -215,6 +250,9 @@ class RayPPOTrainer:
             )
             all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
 
+        self._watchdog = watchdog = self._make_watchdog()
+        for group in all_wg.values():
+            group.set_watchdog(watchdog)
         # the rollout engine is built last so it sizes its cache after the other models are resident
         if self.use_critic:
             self.critic_wg = all_wg["critic"]
@@ -229,6 +267,19 @@ class RayPPOTrainer:
         self.actor_rollout_wg.init_model()
         # async mode: the workers' rollout plays agent loops (see AsyncActorRolloutRefWorker); called the same way
         self.async_rollout_mode = self.ppo_config.actor_rollout_ref.rollout.mode == "async"
+
+    def _make_watchdog(self):
+        """Deadlines of the worker-group calls (``trainer.watchdog_*``), stacks written under the run directory; a
+        worker lost during a phase is reported with the settings that lower that phase's memory."""
+        from verl.single_controller.base.watchdog import Watchdog
+
+        trainer = self.ppo_config.trainer
+        return Watchdog(
+            timeout_s=trainer.watchdog_timeout_s,
+            phase_timeout_s=dict(trainer.watchdog_phase_timeout_s or {}),
+            dump_dir=os.path.join(os.path.abspath(trainer.default_local_dir), "watchdog"),
+            memory_hints=MEMORY_HINTS,
+        )
 
     # ------------------------------------------------------------------------------------------------ phases
     def _generate(self, batch: DataProto, timing_raw: dict) -> DataProto:
@@ -278,7 +329,13 @@ class RayPPOTrainer:
         if self.use_rm:
             batch = batch.union(pop_worker_timing(self.rm_wg.compute_rm_score(batch), timing_raw))
         launch_async = self.ppo_config.reward_model.launch_reward_fn_async
-        return batch, submit_reward(batch, self.reward_fn, self.ppo_config, self.tokenizer, launch_async)
+        with self._driver_phase("compute_reward"):
+            return batch, submit_reward(batch, self.reward_fn, self.ppo_config, self.tokenizer, launch_async)
+
+    def _driver_phase(self, phase: str):
+        """The watchdog's deadline for a phase the driver runs itself (the reward); none before ``init_workers``."""
+        watchdog = getattr(self, "_watchdog", None)
+        return watchdog.in_process(phase, who="driver") if watchdog is not None else contextlib.nullcontext()
 
     def _needs_old_log_prob(self) -> bool:
         """Whether the update needs the old log-probs from a pass of their own.
@@ -324,10 +381,10 @@ class RayPPOTrainer:
     def _compute_values(self, batch: DataProto, timing_raw: dict) -> DataProto:
         return batch.union(pop_worker_timing(self.critic_wg.compute_values(batch), timing_raw))
 
-    @staticmethod
-    def _store_reward(batch: DataProto, reward: PendingReward) -> DataProto:
+    def _store_reward(self, batch: DataProto, reward: PendingReward) -> DataProto:
         """Wait for ``reward`` and put it on the batch: ``token_level_scores`` and one array per extra-info key."""
-        reward_tensor, reward_extra_infos = reward.result()
+        with self._driver_phase("compute_reward"):
+            reward_tensor, reward_extra_infos = reward.result()
         batch.batch["token_level_scores"] = reward_tensor
         if reward_extra_infos:
             batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra_infos.items()})
@@ -366,6 +423,7 @@ class RayPPOTrainer:
         return batch
 
     def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        batch.meta_info["global_steps"] = self.global_steps  # named in the workers' non-finite warnings
         output = pop_worker_timing(self.critic_wg.update_critic(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
@@ -374,6 +432,7 @@ class RayPPOTrainer:
         batch.meta_info["multi_turn"] = rollout.uses_agent_loops
         # the temperature the responses were sampled at (the log-prob pass, when there is one, reports the same)
         batch.meta_info["temperature"] = rollout.temperature
+        batch.meta_info["global_steps"] = self.global_steps
         output = pop_worker_timing(self.actor_rollout_wg.update_actor(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
@@ -413,6 +472,8 @@ class RayPPOTrainer:
                 batch = self._compute_values(batch, timing_raw)
         with marked_timer("adv", timing_raw):
             batch = self._compute_advantage(batch, reward, metrics)
+        if not self._rewards_finite(batch, metrics):
+            return batch
         if self.use_critic:
             with marked_timer("update_critic", timing_raw):
                 self._update_critic(batch, metrics, timing_raw)
@@ -426,6 +487,37 @@ class RayPPOTrainer:
                 dump_rollout(batch, keys, self.tokenizer, dump_dir, self.global_steps)
         return batch
 
+    def _rewards_finite(self, batch: DataProto, metrics: dict) -> bool:
+        """Whether every reward is finite; if not, this step's updates are skipped (counted and logged)."""
+        scores = batch.batch["token_level_scores"]
+        bad_rows = int((~torch.isfinite(scores)).any(dim=-1).sum())
+        metrics["training/nonfinite_reward"] = float(bad_rows)
+        if bad_rows:
+            logger.warning(
+                "step %d: %d of %d responses have a non-finite reward; skipping this step's actor and critic updates",
+                self.global_steps,
+                bad_rows,
+                len(batch),
+            )
+        return bad_rows == 0
+
+    def _check_nonfinite(self, metrics: dict) -> None:
+        """Count steps in a row with a skipped (non-finite) update or reward; stop at ``max_consecutive_nonfinite``.
+
+        Raised before the step's checkpoint is saved, so the last checkpoint is the last good one.
+        """
+        keys = ("actor/nonfinite_skipped", "critic/nonfinite_skipped", "training/nonfinite_reward")
+        found = {k: metrics[k] for k in keys if metrics.get(k)}
+        self._consecutive_nonfinite = self._consecutive_nonfinite + 1 if found else 0
+        limit = self.ppo_config.trainer.max_consecutive_nonfinite
+        if limit > 0 and self._consecutive_nonfinite >= limit:
+            raise FloatingPointError(
+                f"{self._consecutive_nonfinite} steps in a row up to step {self.global_steps} had a non-finite loss, "
+                f"gradient norm or reward (this step: {found}; trainer.max_consecutive_nonfinite={limit}). The last "
+                f"checkpoint under {self.checkpointer.root} predates them; lower the learning rate "
+                "(actor_rollout_ref.actor.optim.lr), check the reward function, or set a tighter grad_clip"
+            )
+
     def fit(self) -> None:
         """The training loop: validate, then train_step per batch with validation and checkpoints as configured."""
         from verl.utils.tracking import Tracking
@@ -438,6 +530,7 @@ class RayPPOTrainer:
             config=self.ppo_config.to_dict(),
         )
         self.global_steps = 0
+        self._consecutive_nonfinite = 0
         self._load_checkpoint()
         reporter = self._make_reporter()
         if self.val_reward_fn is not None and trainer_cfg.val_before_train:
@@ -460,6 +553,7 @@ class RayPPOTrainer:
             with marked_timer("step", timing_raw):
                 batch, metrics = self.train_step(DataProto.from_single_dict(batch_dict), timing_raw)
                 if batch is not None:
+                    self._check_nonfinite(metrics)
                     val_metrics = self._maybe_validate(is_last_step, timing_raw)
                     if val_metrics:
                         metrics.update(val_metrics)

@@ -3,6 +3,7 @@
 from verl.utils.checkpoint.checkpoint_manager import (
     BaseCheckpointManager,
     find_latest_ckpt_path,
+    find_resumable_ckpt_path,
     get_checkpoint_tracker_filename,
     is_complete_checkpoint,
     publish_checkpoint,
@@ -16,6 +17,7 @@ from verl.utils.checkpoint.checkpoint_manager import (
 __all__ = [
     "BaseCheckpointManager",
     "find_latest_ckpt_path",
+    "find_resumable_ckpt_path",
     "get_checkpoint_tracker_filename",
     "is_complete_checkpoint",
     "publish_checkpoint",

@@ -4,14 +4,16 @@ Atomic publishing (used by the trainer; the layout itself is verl's):
 
 1. ``staging = staging_dir(final)`` names a hidden sibling ``.global_step_N.staging-<id>`` of ``final``;
    every worker writes its shards below it (``staging/actor``, ``staging/critic``), the trainer writes ``data.pt``.
-2. ``publish_checkpoint(staging, final)`` writes the completion marker, then renames ``staging`` to ``final``
-   (an atomic exchange when ``final`` already exists). A folder named ``global_step_N`` is therefore always whole.
+2. ``publish_checkpoint(staging, final)`` writes the completion marker, holding a manifest of every file (size and
+   checksum, :mod:`verl.utils.checkpoint.integrity`), then renames ``staging`` to ``final`` (an atomic exchange when
+   ``final`` already exists). A folder named ``global_step_N`` is therefore always whole when written.
 3. ``write_tracker(root, step)`` replaces ``latest_checkpointed_iteration.txt`` through a temp file, so the tracker
    only ever names a published checkpoint.
 4. ``remove_old_checkpoints(root, keep)`` rotates only after the new checkpoint is published and tracked.
 
 A kill at any point leaves the previous checkpoint and the tracker intact; the leftovers are hidden folders that
-``remove_stale_staging(root)`` deletes.
+``remove_stale_staging(root)`` deletes. A checkpoint damaged after its save (a truncated or rewritten file) is
+found by ``find_resumable_ckpt_path``, which verifies the manifest and skips to the newest checkpoint that is whole.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from verl.utils.checkpoint.integrity import MANIFEST_KEY, build_manifest, checkpoint_problems
 from verl.utils.device import get_device_name, get_torch_device, is_accelerator_available
 
 logger = logging.getLogger(__name__)
@@ -41,6 +44,7 @@ __all__ = [
     "TRACKER_FILENAME",
     "BaseCheckpointManager",
     "find_latest_ckpt_path",
+    "find_resumable_ckpt_path",
     "get_checkpoint_tracker_filename",
     "is_complete_checkpoint",
     "list_checkpoints",
@@ -105,6 +109,21 @@ def list_checkpoints(root_path: str, directory_format: str = "global_step_{}") -
     return sorted(found)
 
 
+def _tracked_folder(root_path: str | None, directory_format: str) -> tuple[int, str] | None:
+    """``(step, folder)`` the tracker in ``root_path`` names; None (logged) without a tracker or that folder."""
+    if root_path is None:
+        return None
+    step = read_tracker(root_path)
+    if step is None:
+        logger.info("checkpoint tracker file does not exist: %s", get_checkpoint_tracker_filename(root_path))
+        return None
+    folder = os.path.join(root_path, directory_format.format(step))
+    if not os.path.isdir(folder):
+        logger.warning("checkpoint folder %s named by the tracker does not exist", folder)
+        return None
+    return step, folder
+
+
 def find_latest_ckpt_path(path: str | None, directory_format: str = "global_step_{}") -> str | None:
     """The folder of the step named by the tracker in ``path``; None when there is no usable checkpoint.
 
@@ -113,16 +132,10 @@ def find_latest_ckpt_path(path: str | None, directory_format: str = "global_step
     folder at or before the tracked step is returned instead. Folders written without markers (verl's
     non-atomic saves) are trusted as the tracker names them.
     """
-    if path is None:
+    tracked = _tracked_folder(path, directory_format)
+    if tracked is None:
         return None
-    step = read_tracker(path)
-    if step is None:
-        logger.info("checkpoint tracker file does not exist: %s", get_checkpoint_tracker_filename(path))
-        return None
-    folder = os.path.join(path, directory_format.format(step))
-    if not os.path.isdir(folder):
-        logger.warning("checkpoint folder %s named by the tracker does not exist", folder)
-        return None
+    step, folder = tracked
     if is_complete_checkpoint(folder):
         return folder
     complete = [(s, p) for s, p in list_checkpoints(path, directory_format) if is_complete_checkpoint(p)]
@@ -134,6 +147,33 @@ def find_latest_ckpt_path(path: str | None, directory_format: str = "global_step
         return None
     logger.warning("checkpoint %s is incomplete; resuming from %s", folder, earlier[-1])
     return earlier[-1]
+
+
+def find_resumable_ckpt_path(root_path: str | None, directory_format: str = "global_step_{}") -> str | None:
+    """The newest checkpoint at or before the tracked step that passes the integrity check; None if there is none.
+
+    The tracked folder is verified first (:func:`verl.utils.checkpoint.integrity.checkpoint_problems`); a damaged
+    or unpublished one is skipped with a warning that names the bad file, and older folders are tried in turn.
+    Without a tracker, or when the tracked folder does not exist, there is nothing to resume (verl's behaviour).
+    """
+    tracked = _tracked_folder(root_path, directory_format)
+    if tracked is None:
+        return None
+    step = tracked[0]
+    candidates = [p for s, p in list_checkpoints(root_path, directory_format) if s <= step]
+    # folders without a marker are verl's (non-atomic) saves: trusted only where no folder carries a marker
+    any_marker = any(is_complete_checkpoint(p) for p in candidates)
+    for path in reversed(candidates):
+        if any_marker and not is_complete_checkpoint(path):
+            logger.warning("checkpoint %s was never published (no %s); skipping it", path, COMPLETE_MARKER)
+            continue
+        problems = checkpoint_problems(path, COMPLETE_MARKER)
+        if not problems:
+            return path
+        bad, reason = problems[0]
+        logger.warning("checkpoint %s is damaged, skipping it: %s: %s", path, bad, reason)
+    logger.warning("no whole checkpoint at or before step %d under %s", step, root_path)
+    return None
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -204,13 +244,17 @@ def publish_checkpoint(staging: str, final: str, metadata: dict | None = None, f
     staging, final = os.path.abspath(staging), os.path.abspath(final)
     if not os.path.isdir(staging):
         raise FileNotFoundError(f"publish_checkpoint: staging folder {staging!r} does not exist")
-    marker = {"published_at": time.time(), **(metadata or {})}
     tmp_marker = os.path.join(staging, COMPLETE_MARKER + ".tmp")
-    with open(tmp_marker, "w") as f:
-        json.dump(marker, f)
     if fsync:
         # Shards must be on disk before the marker that vouches for them.
         _fsync_tree(staging)
+    manifest = build_manifest(staging, skip=(COMPLETE_MARKER, COMPLETE_MARKER + ".tmp"))
+    marker = {"published_at": time.time(), **(metadata or {}), MANIFEST_KEY: manifest}
+    with open(tmp_marker, "w") as f:
+        json.dump(marker, f)
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
     os.replace(tmp_marker, os.path.join(staging, COMPLETE_MARKER))
     if os.path.exists(final):
         if _rename_exchange(staging, final):
@@ -269,7 +313,8 @@ def remove_old_checkpoints(
 
     ``keep`` None or < 1 keeps everything. With ``subdir`` (``"actor"`` for ``max_actor_ckpt_to_keep``) only that
     part of an old checkpoint is deleted, and the whole folder once none of ``role_subdirs`` remains in it.
-    Call after :func:`write_tracker`, so the newest checkpoint is safe before any older one goes.
+    Call after :func:`write_tracker`, so the newest checkpoint is safe before any older one goes. The tracked
+    folder and the newest complete one (carrying the marker) are never deleted, whatever ``keep`` says.
     """
     if keep is None or keep < 1:
         return []
@@ -278,6 +323,9 @@ def remove_old_checkpoints(
     tracked = read_tracker(root_path)
     if tracked is not None:
         protected.add(os.path.join(root_path, directory_format.format(tracked)))
+    complete = [p for _, p in checkpoints if is_complete_checkpoint(p)]
+    if complete:
+        protected.add(complete[-1])
     removed = []
     for _step, path in checkpoints:
         if path in protected:

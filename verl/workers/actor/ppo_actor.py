@@ -16,6 +16,7 @@ from verl.trainer.ppo.losses import agg_loss, get_policy_loss_fn
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.engine.base import TrainingEngine
 from verl.workers.engine.micro_batches import append_metrics, gradient_accumulation_steps, to_float
+from verl.workers.engine.nonfinite import NonFiniteGuard
 
 __all__ = ["PPOActor"]
 
@@ -130,6 +131,8 @@ class PPOActor(BasePPOActor):
                 return policy_loss * (response_mask.shape[0] / mini_batch_size), metrics
             return policy_loss / self.gradient_accumulation, metrics
 
+        guard = NonFiniteGuard("actor", data.meta_info.get("global_steps"))
+        guarded_loss_fn = guard.wrap(loss_fn)
         metrics: dict[str, list] = {}
         for _ in range(cfg.ppo_epochs):
             for mini_batch in data.split(mini_batch_size):
@@ -139,17 +142,19 @@ class PPOActor(BasePPOActor):
                 if not use_dynamic_bsz:
                     self.gradient_accumulation = gradient_accumulation_steps(mini_batch_size, micro_batch_size, "actor")
                 engine.zero_grad()
+                guard.start_mini_batch()
                 for micro_batch in micro_batches:
                     # on-policy: the entropy metric the skipped log-prob pass would have given comes from here
                     step_metrics = engine.forward_backward(
                         micro_batch,
-                        loss_fn,
+                        guarded_loss_fn,
                         temperature=temperature,
                         calculate_entropy=calculate_entropy or on_policy,
                         entropy_grad=calculate_entropy,
                     )
                     append_metrics(metrics, step_metrics)
-                grad_norm = self._optimizer_step()
+                grad_norm = guard.step(self._optimizer_step, engine.zero_grad)
                 append_metrics(metrics, {"actor/grad_norm": to_float(grad_norm)})
         engine.zero_grad()
+        append_metrics(metrics, guard.metrics())
         return metrics

@@ -15,6 +15,7 @@ from verl.trainer.ppo.losses import compute_value_loss
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.engine.base import TrainingEngine
 from verl.workers.engine.micro_batches import append_metrics, gradient_accumulation_steps, to_float
+from verl.workers.engine.nonfinite import NonFiniteGuard
 
 __all__ = ["PPOCritic"]
 
@@ -84,6 +85,8 @@ class PPOCritic(BasePPOCritic):
             }
             return loss, metrics
 
+        guard = NonFiniteGuard("critic", data.meta_info.get("global_steps"))
+        guarded_loss_fn = guard.wrap(loss_fn)
         metrics: dict[str, list] = {}
         for _ in range(cfg.ppo_epochs):
             for mini_batch in data.split(mini_batch_size):
@@ -95,9 +98,11 @@ class PPOCritic(BasePPOCritic):
                         mini_batch_size, micro_batch_size, "critic"
                     )
                 engine.zero_grad()
+                guard.start_mini_batch()
                 for micro_batch in micro_batches:
-                    append_metrics(metrics, engine.forward_backward(micro_batch, loss_fn))
-                grad_norm = self._optimizer_step()
+                    append_metrics(metrics, engine.forward_backward(micro_batch, guarded_loss_fn))
+                grad_norm = guard.step(self._optimizer_step, engine.zero_grad)
                 append_metrics(metrics, {"critic/grad_norm": to_float(grad_norm)})
         engine.zero_grad()
+        append_metrics(metrics, guard.metrics())
         return metrics

@@ -423,6 +423,8 @@ def _check_trainer(config, ctx: _Context) -> None:
         _positive_int(config, "trainer.total_training_steps")
     _positive_int(config, "trainer.critic_warmup", minimum=0)
     _choice(config, "trainer.console_format", ("compact", "full"))
+    _positive_int(config, "trainer.max_consecutive_nonfinite", minimum=0)
+    _check_watchdog(config)
     mode = _choice(config, "trainer.resume_mode", ("auto", "disable", "resume_path"))
     if mode == "resume_path":
         path = _get(config, "trainer.resume_from_path")
@@ -438,6 +440,19 @@ def _check_trainer(config, ctx: _Context) -> None:
         raise ConfigError(f"trainer.profile_steps={profile_steps!r} must be null or a list of step numbers")
     if _get(config, "data.val_batch_size") is not None:
         logger.warning("data.val_batch_size is deprecated; validation runs the whole set as one batch")
+
+
+def _check_watchdog(config) -> None:
+    def seconds(key: str, value, allow_null: bool) -> None:
+        if value is None and allow_null:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(f"{key}={value!r} must be a number of seconds >= 0 (0 disables the deadline)")
+
+    seconds("trainer.watchdog_timeout_s", _get(config, "trainer.watchdog_timeout_s"), allow_null=False)
+    phases = _get(config, "trainer.watchdog_phase_timeout_s") or {}
+    for phase, value in dict(phases).items():
+        seconds(f"trainer.watchdog_phase_timeout_s.{phase}", value, allow_null=True)
 
 
 def _check_device(config, ctx: _Context) -> None:

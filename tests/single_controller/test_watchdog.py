@@ -1,0 +1,128 @@
+"""The watchdog of worker-group calls: a worker that sleeps in a phase is reported, with its stacks, in seconds; a
+worker killed during a call is reported with its role, the phase, the host's memory and the settings to turn."""
+
+import os
+import time
+
+import pytest
+import ray
+
+from tests.single_controller.workers_for_tests import DyingWorker, SleepyWorker
+from verl.single_controller.base.watchdog import Watchdog, WorkerGroupTimeout, WorkerLostError, where_stuck
+from verl.single_controller.inprocess import InProcessWorkerGroup
+from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+
+SLEEP_LINE = "time.sleep(self.seconds)  # the line the watchdog names"
+
+
+def _sleep_line_number() -> int:
+    import tests.single_controller.workers_for_tests as module
+
+    with open(module.__file__) as f:
+        return next(i for i, line in enumerate(f, 1) if SLEEP_LINE in line)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _leave_no_process_group():
+    yield
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_deadlines_per_phase():
+    watchdog = Watchdog(timeout_s=10, phase_timeout_s={"init_model": 100, "update_actor": None, "work": 0})
+    assert watchdog.deadline("init_model") == 100 and watchdog.key_for("init_model").endswith(".init_model")
+    assert watchdog.deadline("update_actor") == 10 and watchdog.key_for("update_actor") == "trainer.watchdog_timeout_s"
+    assert watchdog.deadline("work") == 0  # 0 disables that phase's deadline
+    assert Watchdog(timeout_s=0).deadline("anything") == 0
+
+
+def test_where_stuck_picks_the_phase_thread():
+    stacks = (
+        "Thread 0x00007f01 (most recent call first):\n"
+        '  File "/x/threading.py", line 320 in wait\n\n'
+        "Current thread 0x00007f02 (most recent call first):\n"
+        '  File "/x/w.py", line 12 in helper\n'
+        '  File "/x/w.py", line 30 in work\n'
+        '  File "/x/ray.py", line 5 in main\n'
+    )
+    assert where_stuck(stacks, "work") == "/x/w.py:12 in helper"
+    assert where_stuck(stacks, "other") == "/x/threading.py:320 in wait"
+    assert where_stuck("", "work").startswith("unknown line")
+
+
+def test_ray_group_reports_the_rank_that_does_not_return(ray_cluster, tmp_path):
+    pool = RayResourcePool([2], use_gpu=False)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(SleepyWorker), 1, 60.0), device_name="cpu")
+    try:
+        wg.set_watchdog(Watchdog(timeout_s=0, phase_timeout_s={"work": 3}, dump_dir=str(tmp_path)))
+        start = time.monotonic()
+        with pytest.raises(WorkerGroupTimeout) as info:
+            wg.work()
+        elapsed = time.monotonic() - start
+        error = info.value
+        assert error.phase == "work" and list(error.stuck) == [1]
+        assert error.stuck[1].endswith(f"workers_for_tests.py:{_sleep_line_number()} in work"), error.stuck
+        assert "trainer.watchdog_phase_timeout_s.work" in str(error) and "rank 1 at " in str(error)
+        assert elapsed < 10, elapsed
+        dumps = sorted(os.listdir(error.dump_dir))
+        assert dumps == ["rank_0.txt", "rank_1.txt"]
+        assert SLEEP_LINE.split("(")[0] not in open(os.path.join(error.dump_dir, "rank_0.txt")).read()
+        assert "in work" in open(os.path.join(error.dump_dir, "rank_1.txt")).read()
+        # the path for workers on other nodes: a task pinned to the worker's node signals it and reads its file
+        remote = wg._collect_stacks(via_node_tasks=True)
+        assert where_stuck(remote[1], "work") == error.stuck[1] and "in work" not in remote[0]
+        # a group whose workers return in time is unaffected by its deadline
+        quick = RayWorkerGroup(
+            RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(ray.remote(SleepyWorker), 5), device_name="cpu"
+        )
+        quick.set_watchdog(Watchdog(timeout_s=30, dump_dir=str(tmp_path / "unused")))
+        assert quick.work() == [0] and not (tmp_path / "unused").exists()
+    finally:
+        for worker in wg.workers:
+            ray.kill(worker)
+        for pg in pool.pgs or []:
+            ray.util.remove_placement_group(pg)
+
+
+def test_inprocess_group_interrupts_the_call(tmp_path):
+    wg = InProcessWorkerGroup(
+        RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(ray.remote(SleepyWorker), 0, 60.0)
+    )
+    wg.set_watchdog(Watchdog(timeout_s=1, dump_dir=str(tmp_path)))
+    start = time.monotonic()
+    with pytest.raises(WorkerGroupTimeout) as info:
+        wg.work()
+    assert time.monotonic() - start < 10
+    error = info.value
+    assert error.stuck[0].endswith(f"workers_for_tests.py:{_sleep_line_number()} in work"), error.stuck
+    assert "'work' did not return within 1s (trainer.watchdog_timeout_s): rank 0 at" in str(error)
+    assert os.listdir(error.dump_dir) == ["rank_0.txt"]
+    # the handler is restored and a call within its deadline returns normally
+    wg.workers[0].seconds = 0.1
+    assert wg.work() == [0]
+
+
+def test_ray_group_reports_a_worker_killed_during_a_phase(ray_cluster):
+    pool = RayResourcePool([2], use_gpu=False)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(DyingWorker), 1), device_name="cpu")
+    try:
+        wg.set_watchdog(Watchdog(timeout_s=60, memory_hints={"work": ["work.micro_batch_size_per_gpu"]}))
+        with pytest.raises(WorkerLostError) as info:
+            wg.work()
+        error = info.value
+        assert error.phase == "work" and error.ranks == [1] and error.role == "DyingWorker"
+        message = str(error)
+        assert "DyingWorker worker rank 1 was lost during 'work'" in message
+        assert "Host memory now: used " in message and " GiB (" in message
+        assert "Settings that lower the memory of 'work': work.micro_batch_size_per_gpu." in message
+        # without a watchdog the loss is reported the same way, without hints
+        with pytest.raises(WorkerLostError, match="rank 1 was lost during 'work'"):
+            wg.set_watchdog(None) or wg.work()
+    finally:
+        for worker in wg.workers:
+            ray.kill(worker)
+        for pg in pool.pgs or []:
+            ray.util.remove_placement_group(pg)
