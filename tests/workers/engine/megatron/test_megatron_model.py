@@ -136,12 +136,14 @@ def test_cpu_current_device_names_the_cpu_only_inside_the_block():
         pytest.skip("the cover is a no-op with CUDA")
     from megatron.core.utils import GlobalMemoryBuffer
 
-    original = torch.cuda.current_device
+    original, original_cuda = torch.cuda.current_device, torch.Tensor.cuda
+    x = torch.arange(6.0).reshape(2, 3)
     with cpu_current_device():
         buffer = GlobalMemoryBuffer().get_tensor((2, 3), torch.float32, "t")
-        buffer.copy_(torch.arange(6.0).reshape(2, 3))
-    assert buffer.device.type == "cpu" and torch.equal(buffer, torch.arange(6.0).reshape(2, 3))
-    assert torch.cuda.current_device is original  # restored
+        buffer.copy_(x)
+        moved = x.cuda()
+    assert buffer.device.type == "cpu" and torch.equal(buffer, x) and moved is x
+    assert torch.cuda.current_device is original and torch.Tensor.cuda is original_cuda  # restored
 
 
 def test_rotary_embedding_under_the_cover_equals_the_formula():

@@ -3,8 +3,9 @@ code runs on CPU with gloo process groups. Each cover is a no-op where CUDA is a
 
 1. :func:`cpu_current_device`: megatron-core allocates buffers and moves the rotary ``inv_freq`` with
    ``device=torch.cuda.current_device()`` (rotary embedding, ``GlobalMemoryBuffer``, the tensor-parallel gathers in
-   ``tensor_parallel.mappings`` and ``layers``). Without a CUDA driver that call raises; inside the context it names
-   the CPU, so those tensors are made where the model is.
+   ``tensor_parallel.mappings`` and ``layers``), and with pipeline stages and tied embeddings it moves the last
+   stage's copy of the embedding with ``weight.data.cuda()`` before syncing it. Without a CUDA driver those calls
+   raise; inside the context the first names the CPU and the second leaves the tensor where it is.
 2. :class:`CPURNGStatesTracker`: the attention's dropout region forks the tensor-parallel RNG state
    (``get_cuda_rng_tracker().fork()``), and megatron-core's tracker keeps CUDA generator states. This one keeps CPU
    generator states under the same names and seeds (:func:`install_rng_tracker`).
@@ -25,18 +26,19 @@ __all__ = ["CPURNGStatesTracker", "cpu_current_device", "install_rng_tracker", "
 
 @contextlib.contextmanager
 def cpu_current_device() -> Iterator[None]:
-    """Within the block, ``torch.cuda.current_device()`` returns ``"cpu"`` when CUDA is not available (where it would
-    raise); megatron-core's ``device=torch.cuda.current_device()`` allocations then land on the CPU. Unchanged with
-    CUDA."""
+    """Within the block, when CUDA is not available (where both would raise), ``torch.cuda.current_device()`` returns
+    ``"cpu"`` and ``Tensor.cuda()`` returns the tensor itself: megatron-core's allocations on the current device land
+    on the CPU. Unchanged with CUDA."""
     if torch.cuda.is_available():
         yield
         return
-    original = torch.cuda.current_device
+    current_device, tensor_cuda = torch.cuda.current_device, torch.Tensor.cuda
     torch.cuda.current_device = lambda: "cpu"
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
     try:
         yield
     finally:
-        torch.cuda.current_device = original
+        torch.cuda.current_device, torch.Tensor.cuda = current_device, tensor_cuda
 
 
 class CPURNGStatesTracker:

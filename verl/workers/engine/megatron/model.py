@@ -106,6 +106,7 @@ def transformer_config(hf_config, tp_size: int = 1, pp_size: int = 1, dtype: tor
         tensor_model_parallel_size=tp_size,
         pipeline_model_parallel_size=pp_size,
         params_dtype=dtype,
+        pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
         use_cpu_initialization=True,
@@ -148,7 +149,42 @@ def build_gpt_model(hf_config, config, pre_process: bool = True, post_process: b
     # theta and any scaling exactly as transformers computes them (megatron-core's llama3 scaling is fixed-constant)
     model.rotary_pos_emb.inv_freq = hf_inv_freq(hf_config).to(model.rotary_pos_emb.inv_freq.device)
     model.hf_vocab_size = hf_config.vocab_size
+    _mark_tensor_parallel(model)
+    if pre_process:
+        _freeze_padding_row(model.embedding.word_embeddings, getattr(hf_config, "pad_token_id", None))
     return model
+
+
+def _mark_tensor_parallel(model) -> None:
+    """Tag each tensor-parallel shard with megatron-core's ``tensor_model_parallel`` attributes: megatron-core sets
+    them only when it initialises the weights itself (``perform_initialization``), and the gradient norm must count
+    the shards of every rank but a replicated tensor (a norm, a row-parallel bias) once."""
+    from megatron.core.tensor_parallel.layers import (
+        ColumnParallelLinear,
+        RowParallelLinear,
+        VocabParallelEmbedding,
+        set_tensor_model_parallel_attributes,
+    )
+
+    for module in model.modules():
+        if isinstance(module, ColumnParallelLinear | VocabParallelEmbedding):
+            sharded = [(module.weight, 0), (getattr(module, "bias", None), 0)]
+        elif isinstance(module, RowParallelLinear):
+            sharded = [(module.weight, 1)]
+        else:
+            continue
+        for param, dim in sharded:
+            if param is not None and not getattr(param, "tensor_model_parallel", False):
+                set_tensor_model_parallel_attributes(param, is_parallel=True, dim=dim, stride=1)
+
+
+def _freeze_padding_row(embedding, pad_token_id: int | None) -> None:
+    """HF builds Qwen2's and Llama's input embedding with ``padding_idx=pad_token_id``: that row never receives a
+    gradient. Do the same to this rank's vocabulary shard, so training updates what transformers' would."""
+    if pad_token_id is None or not embedding.vocab_start_index <= pad_token_id < embedding.vocab_end_index:
+        return
+    row = pad_token_id - embedding.vocab_start_index
+    embedding.weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([row], device=grad.device), 0.0))
 
 
 def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
