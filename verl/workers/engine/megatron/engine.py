@@ -26,8 +26,6 @@ import torch.nn as nn
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto, all_gather_data_proto
-from verl.trainer.config import MegatronConfig
-from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.device import is_accelerator_available
 from verl.workers.engine.base import LossFn, TrainingEngine
 from verl.workers.engine.micro_batches import make_micro_batches, restore_order, to_device
@@ -37,60 +35,9 @@ from verl.workers.sharding_manager.base import BaseShardingManager
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MegatronEngine", "check_megatron_settings", "megatron_settings"]
+__all__ = ["MegatronEngine"]
 
 _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
-
-
-def megatron_settings(section) -> MegatronConfig:
-    """A role section's ``megatron`` block as a typed :class:`MegatronConfig` (defaults where absent)."""
-    block = getattr(section, "megatron", None)
-    if block is None and hasattr(section, "extra"):
-        block = section.extra.get("megatron")
-    if block is None:
-        return MegatronConfig()
-    if isinstance(block, MegatronConfig):
-        return block
-    return omega_conf_to_dataclass(block, MegatronConfig)
-
-
-def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int) -> None:
-    """Raise ValueError for a ``megatron`` setting this engine cannot honour, naming ``key.<setting>`` and what to
-    set instead (the driver's config check runs the same function before Ray starts)."""
-    tp, pp = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
-    problems = []
-    if tp < 1 or pp < 1 or world_size % (tp * pp) != 0:
-        problems.append(
-            f"{key}.tensor_model_parallel_size={tp} x pipeline_model_parallel_size={pp} must divide the number of "
-            f"workers ({world_size})"
-        )
-    if settings.context_parallel_size != 1:
-        problems.append(f"{key}.context_parallel_size={settings.context_parallel_size}: not built here; set it to 1")
-    if settings.virtual_pipeline_model_parallel_size not in (None, 1):
-        problems.append(
-            f"{key}.virtual_pipeline_model_parallel_size={settings.virtual_pipeline_model_parallel_size}: interleaved "
-            "pipeline stages are not built here; set it to null"
-        )
-    if settings.expert_model_parallel_size != 1 or settings.expert_tensor_parallel_size not in (None, 1):
-        problems.append(f"{key}.expert_model_parallel_size / expert_tensor_parallel_size: no MoE here; use 1 / null")
-    if settings.sequence_parallel and tp > 1:
-        problems.append(
-            f"{key}.sequence_parallel=True with tensor_model_parallel_size={tp}: megatron-core's local layer spec "
-            "(torch norms, no TransformerEngine) cannot split sequences, and gloo has no reduce-scatter; set "
-            f"{key}.sequence_parallel=False"
-        )
-    dp = world_size // max(tp * pp, 1)
-    if settings.use_distributed_optimizer and dp > 1:
-        problems.append(
-            f"{key}.use_distributed_optimizer=True with {dp} data-parallel replicas: this engine keeps a full "
-            "optimizer per replica (sharding its state needs reduce-scatter, which gloo lacks); set "
-            f"{key}.use_distributed_optimizer=False"
-        )
-    for name in ("param_offload", "grad_offload", "optimizer_offload", "use_dist_checkpointing"):
-        if getattr(settings, name):
-            problems.append(f"{key}.{name}=True is not implemented by the Megatron engine yet; set it to False")
-    if problems:
-        raise ValueError("; ".join(problems))
 
 
 def _pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:
@@ -147,6 +94,7 @@ class MegatronEngine(TrainingEngine):
         from verl.workers.engine.fsdp.setup import build_optimizer
         from verl.workers.engine.megatron.model import build_gpt_model, transformer_config
         from verl.workers.engine.megatron.parallel import init_model_parallel
+        from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
         from verl.workers.engine.megatron.weights import load_hf_weights
 
         if role not in ("actor", "rollout", "ref"):
@@ -154,8 +102,8 @@ class MegatronEngine(TrainingEngine):
         section = config.ref if role == "ref" else config.actor
         key = f"actor_rollout_ref.{'ref' if role == 'ref' else 'actor'}.megatron"
         settings = megatron_settings(section)
-        check_megatron_settings(settings, key, dist.get_world_size())
         trainable = role == "actor"
+        check_megatron_settings(settings, key, dist.get_world_size(), trainable)
         init_model_parallel(settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size, settings.seed)
         # fp32 masters for training and on CPU (bf16 is emulated there); bf16 for frozen models on accelerators
         dtype = torch.float32 if trainable or not is_accelerator_available() else torch.bfloat16
