@@ -11,6 +11,9 @@ agree with FSDP's to 1e-5 relative to the largest gradient, and so must the norm
 after the step agree less tightly: AdamW's first step moves each parameter by about lr * g / (|g| + eps), so a
 gradient at float-noise level (~1e-9) moves its parameter by an arbitrary fraction of lr in either engine; they must
 agree to 5% of the update. The HF rollout's model, filled by the hand-off, must hold the Megatron parameters exactly.
+
+A checkpoint saved after the update restores them exactly, the next update after that resume equals the
+uninterrupted one bit for bit, and its ``huggingface/`` folder loads in transformers with the same weights.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def _config(model: str, strategy: str, tp: int, pp: int):
         "actor_rollout_ref.actor.use_kl_loss=True",
         "actor_rollout_ref.actor.entropy_coeff=0.01",
         "actor_rollout_ref.actor.grad_clip=0.5",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.n=1",
         f"actor_rollout_ref.rollout.response_length={RESPONSE_LEN}",
@@ -83,18 +87,17 @@ def _full_grads(engine) -> dict[str, torch.Tensor]:
 
 
 def _capture_grads(engine, into: dict) -> None:
-    """Record the full gradients where the engine's step reads them: FSDP's right away, Megatron's once it has
-    averaged them over data-parallel replicas."""
+    """Record the full gradients of the first update where the engine's step reads them: FSDP's right away,
+    Megatron's once it has averaged them over data-parallel replicas."""
     name = "_reduce_gradients" if hasattr(engine, "hf_weights") else "optimizer_step"
     original = getattr(engine, name)
 
     def wrapped():
         if name == "_reduce_gradients":
             original()
+        if not into:
             into.update(_full_grads(engine))
-            return None
-        into.update(_full_grads(engine))
-        return original()
+        return None if name == "_reduce_gradients" else original()
 
     setattr(engine, name, wrapped)
 
@@ -107,7 +110,7 @@ def _full_params(worker) -> dict[str, torch.Tensor]:
     return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()}
 
 
-def _steps(rank: int, model: str, strategy: str, tp: int, pp: int) -> dict:
+def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | None = None) -> dict:
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
     worker = ActorRolloutRefWorker(_config(model, strategy, tp, pp), role="actor_rollout_ref")
@@ -133,13 +136,24 @@ def _steps(rank: int, model: str, strategy: str, tp: int, pp: int) -> dict:
         module, handoff = worker.actor_engine.hf_rollout_module()
         with handoff:
             result["rollout"] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        # save after the first update, update again, restore, update again: the same second update (exact resume)
+        worker.save_checkpoint(ckpt, global_step=1)
+        worker.update_actor(full.chunk(WORLD)[rank])
+        second = _full_params(worker)
+        worker.load_checkpoint(ckpt)
+        restored = _full_params(worker)
+        worker.update_actor(full.chunk(WORLD)[rank])
+        resumed = _full_params(worker)
+        result["restored_exact"] = all(torch.equal(restored[k], result["after"][k]) for k in restored)
+        result["resumed_exact"] = all(torch.equal(resumed[k], second[k]) for k in second)
+        result["second_moved"] = max((second[k] - result["after"][k]).abs().max().item() for k in second)
     return result
 
 
-def _run(rank: int, model: str, tp: int, pp: int, out: str):
+def _run(rank: int, model: str, tp: int, pp: int, out: str, ckpt: str):
     torch.set_num_threads(1)
     baseline = _steps(rank, model, "fsdp2", 1, 1)
-    megatron = _steps(rank, model, "megatron", tp, pp)
+    megatron = _steps(rank, model, "megatron", tp, pp, ckpt)
     if rank == 0:
         torch.save({"fsdp": baseline, "megatron": megatron}, out)
 
@@ -153,8 +167,8 @@ def model(tmp_path_factory):
 
 @pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)], ids=["tp2", "pp2"])
 def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
-    out = str(tmp_path / "result.pt")
-    spawn_gloo_ranks(_run, WORLD, model, tp, pp, out)
+    out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
+    spawn_gloo_ranks(_run, WORLD, model, tp, pp, out, ckpt)
     results = torch.load(out)
     ref, got = results["fsdp"], results["megatron"]
     mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
@@ -178,3 +192,10 @@ def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
     assert diffs["grads"] < 1e-5 and diffs["grad_norm"] < 1e-5 and diffs["params"] < 0.05, diffs
     rollout = got["rollout"]
     assert all(torch.equal(rollout[k], got["after"][k]) for k in got["after"])
+    # checkpoint: restored exactly, and the update after the resume equals the uninterrupted one
+    assert got["second_moved"] > 1e-4 and got["restored_exact"] and got["resumed_exact"], got
+    # the checkpoint's huggingface/ folder is an HF model of the saved weights
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "global_step_1" / "actor" / "huggingface"))
+    assert all(torch.equal(p, got["after"][n]) for n, p in hf.state_dict().items() if n in got["after"])

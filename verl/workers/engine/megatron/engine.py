@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 
 import torch
@@ -85,6 +84,7 @@ class MegatronEngine(TrainingEngine):
         self.dp_size = dist.get_world_size(self.dp_group)
         self.device = torch.device("cpu")
         self._hf_rollout = None
+        self._checkpoint_manager = None
 
     # ------------------------------------------------------------------------------------------------ building
     @classmethod
@@ -356,36 +356,15 @@ class MegatronEngine(TrainingEngine):
         return vllm_handoff(self, rollout.inference_engine, device_mesh, rollout_config.free_cache_engine)
 
     # ------------------------------------------------------------------------------------------ checkpoints
-    def _shard_file(self, local_path: str, what: str) -> str:
-        return os.path.join(local_path, f"{what}_world_size_{dist.get_world_size()}_rank_{dist.get_rank()}.pt")
+    def _checkpointer(self):
+        if self._checkpoint_manager is None:
+            from verl.workers.engine.megatron.checkpoint import MegatronCheckpointManager
+
+            self._checkpoint_manager = MegatronCheckpointManager(self, self.checkpoint_config)
+        return self._checkpoint_manager
 
     def save_checkpoint(self, local_path: str, hdfs_path=None, global_step: int = 0, max_ckpt_to_keep=None) -> None:
-        """Each rank writes its shard of the model, the optimizer and the LR scheduler and RNG state; rank 0 also the
-        HF config and tokenizer under ``huggingface/``."""
-        if local_path is None:
-            return
-        os.makedirs(local_path, exist_ok=True)
-        dist.barrier()
-        torch.save(self._module.state_dict(), self._shard_file(local_path, "model"))
-        extra = {"rng": torch.get_rng_state()}
-        if self.optimizer is not None:
-            torch.save(self.optimizer.state_dict(), self._shard_file(local_path, "optim"))
-            extra["lr_scheduler"] = self.lr_scheduler.state_dict()
-        torch.save(extra, self._shard_file(local_path, "extra_state"))
-        if dist.get_rank() == 0:
-            hf_dir = os.path.join(local_path, "huggingface")
-            self.hf_config.save_pretrained(hf_dir)
-            if self.processing_class is not None:
-                self.processing_class.save_pretrained(hf_dir)
-        dist.barrier()
+        self._checkpointer().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
 
     def load_checkpoint(self, local_path: str, hdfs_path=None, del_local_after_load: bool = False) -> None:
-        if local_path is None:
-            return
-        self._module.load_state_dict(torch.load(self._shard_file(local_path, "model"), weights_only=False))
-        extra = torch.load(self._shard_file(local_path, "extra_state"), weights_only=False)
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(torch.load(self._shard_file(local_path, "optim"), weights_only=False))
-            self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
-        torch.set_rng_state(extra["rng"])
-        dist.barrier()
+        self._checkpointer().load_checkpoint(local_path, hdfs_path, del_local_after_load)
