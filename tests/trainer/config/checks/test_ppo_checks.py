@@ -617,7 +617,6 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
     "updates, message",
     [
         ({"algorithm__adv_estimator": "gae"}, "algorithm.adv_estimator='gae' trains a critic"),
-        ({"actor_rollout_ref__rollout__name": "vllm"}, "only the HF rollout takes the Megatron hand-off"),
         (
             {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
             "actor_rollout_ref.actor.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
@@ -641,7 +640,7 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "pipeline_model_parallel_size=2 must divide the model's 1 layers",  # the tiny test model has one
         ),
     ],
-    ids=["critic", "vllm", "sp", "dist-opt", "cp", "offload", "ulysses", "ref-sizes", "layers"],
+    ids=["critic", "sp", "dist-opt", "cp", "offload", "ulysses", "ref-sizes", "layers"],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")

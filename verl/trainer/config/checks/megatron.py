@@ -1,8 +1,9 @@
 """What ``strategy=megatron`` runs here, checked in the driver before Ray starts.
 
 The Megatron engine (:mod:`verl.workers.engine.megatron`) builds the policy (actor, rollout, reference) of a Qwen2 /
-Qwen2.5 or Llama model with tensor and pipeline parallelism, on CPU (gloo) or GPU, with the HF rollout. Each setting
-it cannot honour yet is refused here with the reason, naming the key.
+Qwen2.5 or Llama model with tensor and pipeline parallelism, on CPU (gloo) or GPU, with the HF or vLLM rollout (the
+weights gathered layer by layer into either). Each setting it cannot honour yet is refused here with the reason,
+naming the key.
 """
 
 from __future__ import annotations
@@ -47,12 +48,6 @@ def check_megatron(config, *, n_gpus: int, use_critic: bool, use_rm: bool) -> li
         problems.append(
             "reward_model.enable=True with reward_model.strategy='megatron': the Megatron engine builds policies only "
             "so far; set reward_model.strategy=fsdp2"
-        )
-    rollout = _get(config, "actor_rollout_ref.rollout.name")
-    if rollout != "hf":
-        problems.append(
-            f"actor_rollout_ref.rollout.name={rollout!r} with strategy=megatron: only the HF rollout takes the "
-            "Megatron hand-off here so far; set actor_rollout_ref.rollout.name=hf"
         )
     if (_get(config, "actor_rollout_ref.model.lora_rank") or 0) > 0:
         problems.append("actor_rollout_ref.model.lora_rank > 0 with strategy=megatron: LoRA is FSDP-only; set it to 0")
