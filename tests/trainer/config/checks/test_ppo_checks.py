@@ -627,6 +627,7 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "actor_rollout_ref.actor.megatron.context_parallel_size=2",
         ),
         ({"actor_rollout_ref__actor__megatron__param_offload": True}, "megatron.param_offload=True"),
+        ({"trainer__device": "cuda"}, "trainer.device='cuda' with strategy=megatron"),
         ({"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2}, "Ulysses is the FSDP engine's"),
         (
             {"actor_rollout_ref__ref__megatron__pipeline_model_parallel_size": 2},
@@ -640,7 +641,7 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "pipeline_model_parallel_size=2 must divide the model's 1 layers",  # the tiny test model has one
         ),
     ],
-    ids=["critic", "sp", "dist-opt", "cp", "offload", "ulysses", "ref-sizes", "layers"],
+    ids=["critic", "sp", "dist-opt", "cp", "offload", "cuda", "ulysses", "ref-sizes", "layers"],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")

@@ -1,7 +1,7 @@
 """What ``strategy=megatron`` runs here, checked in the driver before Ray starts.
 
 The Megatron engine (:mod:`verl.workers.engine.megatron`) builds the policy (actor, rollout, reference) of a Qwen2 /
-Qwen2.5 or Llama model with tensor and pipeline parallelism, on CPU (gloo) or GPU, with the HF or vLLM rollout (the
+Qwen2.5 or Llama model with tensor and pipeline parallelism, on CPU (gloo), with the HF or vLLM rollout (the
 weights gathered layer by layer into either). Each setting it cannot honour yet is refused here with the reason,
 naming the key.
 """
@@ -24,8 +24,9 @@ def _get(config, key: str):
     return node
 
 
-def check_megatron(config, *, n_gpus: int, use_critic: bool, use_rm: bool) -> list[str]:
-    """The problems of a config whose actor runs ``strategy=megatron`` (empty when it is another strategy)."""
+def check_megatron(config, *, n_gpus: int, use_critic: bool, use_rm: bool, device: str) -> list[str]:
+    """The problems of a config whose actor runs ``strategy=megatron`` (empty when it is another strategy);
+    ``device``: the resolved ``trainer.device``."""
     from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
 
     if _get(config, "actor_rollout_ref.actor.strategy") != "megatron":
@@ -37,6 +38,11 @@ def check_megatron(config, *, n_gpus: int, use_critic: bool, use_rm: bool) -> li
         problems.append(
             "actor_rollout_ref.actor.strategy='megatron' needs megatron-core: pip install -e .[megatron] "
             "(or set the strategy to fsdp2)"
+        )
+    if device != "cpu":
+        problems.append(
+            f"trainer.device={device!r} with strategy=megatron: the Megatron engine keeps its model on the CPU so far "
+            "(no accelerator has run it yet); set trainer.device=cpu or strategy=fsdp2"
         )
     if use_critic:
         problems.append(

@@ -608,7 +608,8 @@ def _check_data(config, ctx: _Context) -> None:
 
 
 def _check_megatron(config, ctx: _Context) -> None:
-    problems = check_megatron(config, n_gpus=ctx.n_gpus, use_critic=ctx.use_critic, use_rm=ctx.use_rm)
+    device = resolve_device_name(_get(config, "trainer.device"))
+    problems = check_megatron(config, n_gpus=ctx.n_gpus, use_critic=ctx.use_critic, use_rm=ctx.use_rm, device=device)
     if problems:
         raise ConfigError("; ".join(problems))
 
