@@ -2,12 +2,14 @@
 
 In-process worker group (world size 1), run in a spawned process so megatron-core's process-global parallel state
 ends with it: one GRPO step through the config check, the Megatron actor and reference, the hand-off to the HF
-rollout and the update; the actor's weights move and the rollout samples from the updated ones afterwards.
+rollout and the update; the actor's weights move and the rollout samples from the updated ones afterwards. And the
+command line itself on two Ray workers at tensor parallel 2 (slow): two steps and a checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -15,7 +17,14 @@ import torch
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e .[megatron])")
 
 from tests.gloo_ranks import spawn_gloo_ranks  # noqa: E402
-from tests.trainer.ppo_e2e_utils import base_overrides, compose_config, make_workspace, write_reward_fn  # noqa: E402
+from tests.trainer.ppo_e2e_utils import (  # noqa: E402
+    base_overrides,
+    compose_config,
+    make_workspace,
+    parse_console_metrics,
+    run_main_ppo,
+    write_reward_fn,
+)
 
 
 def _one_step(rank: int, ws: dict, out: str) -> None:
@@ -59,3 +68,33 @@ def test_megatron_grpo_step_in_process(tmp_path):
         result = json.load(f)
     assert result["engine"] == "MegatronEngine"
     assert result["moved"] > 1e-4 and result["rollout_is_current"], result
+
+
+@pytest.mark.slow
+def test_megatron_command_line_tp2_on_two_ray_workers(tmp_path):
+    from verl.demo.tiny_model import make_tiny_model_dir
+
+    ws = make_workspace(tmp_path)
+    model = make_tiny_model_dir(str(tmp_path / "model_kv2"))  # 2 key-value heads: one per tensor-parallel rank
+    overrides = ["--config-name", "ppo_megatron_trainer"] + base_overrides(ws, "grpo", steps=2)
+    overrides += [
+        f"actor_rollout_ref.model.path={model}",
+        f"custom_reward_function.path={write_reward_fn(tmp_path)}",
+        "trainer.resume_mode=disable",
+        "trainer.save_freq=2",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+        "actor_rollout_ref.ref.megatron.sequence_parallel=False",
+    ]
+    result = run_main_ppo(overrides, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    steps = [s for s in parse_console_metrics(result.stdout) if "training/global_step" in s]
+    assert [int(s["step"]) for s in steps] == [1, 2]
+    for step in steps:
+        for key in ("timing_s/reshard", "actor/pg_loss", "actor/grad_norm", "critic/score/mean"):
+            assert math.isfinite(step[key]), key
+    saved = tmp_path / "ckpt" / "global_step_2" / "actor"
+    assert sorted(p.name for p in saved.glob("model_world_size_2_rank_*.pt")) == [
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    ]
