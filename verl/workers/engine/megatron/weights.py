@@ -163,8 +163,13 @@ def _gather_tp(tensor: torch.Tensor, dim: int) -> torch.Tensor:
         return tensor.detach().clone()
     from megatron.core import parallel_state
 
+    group = parallel_state.get_tensor_model_parallel_group()
+    if dim == 0:  # gathered straight into the full tensor's row blocks: no second copy for a concatenation
+        full = tensor.new_empty(tensor.shape[0] * tp, *tensor.shape[1:])
+        dist.all_gather(list(full.chunk(tp, dim=0)), tensor.detach().contiguous(), group=group)
+        return full
     parts = [torch.empty_like(tensor) for _ in range(tp)]
-    dist.all_gather(parts, tensor.detach().contiguous(), group=parallel_state.get_tensor_model_parallel_group())
+    dist.all_gather(parts, tensor.detach().contiguous(), group=group)
     return torch.cat(parts, dim=dim)
 
 
