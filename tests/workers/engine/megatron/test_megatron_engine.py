@@ -13,7 +13,8 @@ gradient at float-noise level (~1e-9) moves its parameter by an arbitrary fracti
 agree to 5% of the update. The HF rollout's model, filled by the hand-off, must hold the Megatron parameters exactly.
 
 A checkpoint saved after the update restores them exactly, the next update after that resume equals the
-uninterrupted one bit for bit, and its ``huggingface/`` folder loads in transformers with the same weights.
+uninterrupted one bit for bit, and its ``huggingface/`` folder loads in transformers with the same weights, as does
+the folder the model merger (``--backend megatron``) writes from the per-rank shards.
 """
 
 from __future__ import annotations
@@ -199,3 +200,10 @@ def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
 
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "global_step_1" / "actor" / "huggingface"))
     assert all(torch.equal(p, got["after"][n]) for n, p in hf.state_dict().items() if n in got["after"])
+    # the model merger rebuilds the same HF model from the per-rank shards alone (no process group)
+    from verl.model_merger import main as merge
+
+    target = tmp_path / "merged"
+    merge(["merge", "--backend", "megatron", "--local_dir", ckpt, "--target_dir", str(target), "--dtype", "float32"])
+    merged = AutoModelForCausalLM.from_pretrained(str(target)).state_dict()
+    assert set(got["after"]) <= set(merged) and all(torch.equal(merged[n], t) for n, t in got["after"].items())

@@ -43,6 +43,16 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             "pipeline_model_parallel_size": parallel_state.get_pipeline_model_parallel_world_size(),
         }
 
+    @staticmethod
+    def _coordinates() -> dict:
+        from megatron.core import parallel_state
+
+        return {
+            "tp_rank": parallel_state.get_tensor_model_parallel_rank(),
+            "pp_rank": parallel_state.get_pipeline_model_parallel_rank(),
+            "dp_rank": parallel_state.get_data_parallel_rank(),
+        }
+
     def save_checkpoint(self, local_path, hdfs_path=None, global_step: int = 0, max_ckpt_to_keep=None):
         if local_path is None:
             return
@@ -58,9 +68,11 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             scheduler = self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None
             torch.save({"lr_scheduler": scheduler, "rng": self.get_rng_state()}, self._file(local_path, "extra_state"))
         hf_dir = os.path.join(local_path, "huggingface")
+        coordinates = [None] * self.world_size  # which shard each rank's files hold, for the model merger
+        dist.all_gather_object(coordinates, self._coordinates())
         if self.rank == 0:
             with open(os.path.join(local_path, "megatron_config.json"), "w") as f:
-                json.dump(self._parallel_sizes(), f)
+                json.dump({**self._parallel_sizes(), "ranks": coordinates}, f)
             self.engine.hf_config.save_pretrained(hf_dir)
             if self.processing_class is not None:
                 self.processing_class.save_pretrained(hf_dir)
@@ -90,6 +102,7 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             return
         with open(os.path.join(local_path, "megatron_config.json")) as f:
             saved = json.load(f)
+        saved.pop("ranks", None)
         if saved != self._parallel_sizes():
             raise ValueError(
                 f"the checkpoint in {local_path} was saved with {saved}; this run has {self._parallel_sizes()}: "

@@ -24,7 +24,14 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-__all__ = ["HFCheckpointReader", "hf_layer_names", "iter_hf_weights", "load_hf_weights", "qkv_to_megatron"]
+__all__ = [
+    "HFCheckpointReader",
+    "hf_layer_names",
+    "iter_hf_weights",
+    "load_hf_weights",
+    "merge_stage_shards",
+    "qkv_to_megatron",
+]
 
 
 class HFCheckpointReader:
@@ -262,3 +269,49 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     if not tied:
         (head,) = from_stage(last, lambda: vocab_tensor(lambda: model.output_layer.weight), [(vocab, hidden)])
         yield "lm_head.weight", cast(head)
+
+
+def merge_stage_shards(shards: list[dict], hf_config, layer_offset: int) -> dict[str, torch.Tensor]:
+    """HF-named full tensors of one pipeline stage from its tensor-parallel ranks' saved state dicts (``shards[r]``:
+    tp rank r's ``GPTModel.state_dict()``), without megatron-core or a process group (the model merger's path).
+    ``layer_offset``: the stage's first decoder layer. A tied model's output layer (a copy of the embedding on the
+    last stage) is left out, as HF folders leave out ``lm_head.weight``."""
+    vocab = hf_config.vocab_size
+    tied = bool(hf_config.tie_word_embeddings)
+    merged: dict[str, torch.Tensor] = {}
+    for key, first in shards[0].items():
+        if not torch.is_tensor(first) or key.endswith("_extra_state"):
+            continue
+        parts = [shard[key] for shard in shards]
+        if key == "embedding.word_embeddings.weight":
+            merged["model.embed_tokens.weight"] = torch.cat(parts)[:vocab]
+        elif key == "output_layer.weight":
+            if not tied:
+                merged["lm_head.weight"] = torch.cat(parts)[:vocab]
+        elif key == "decoder.final_layernorm.weight":
+            merged["model.norm.weight"] = first
+        elif key.startswith("decoder.layers."):
+            local, rest = key[len("decoder.layers.") :].split(".", 1)
+            p = f"model.layers.{layer_offset + int(local)}."
+            if rest in ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias"):
+                kind = rest.rsplit(".", 1)[1]
+                q, k, v = qkv_to_hf(torch.cat(parts), hf_config)
+                merged.update({p + f"self_attn.q_proj.{kind}": q, p + f"self_attn.k_proj.{kind}": k})
+                merged[p + f"self_attn.v_proj.{kind}"] = v
+            elif rest == "self_attention.linear_proj.weight":
+                merged[p + "self_attn.o_proj.weight"] = torch.cat(parts, dim=1)
+            elif rest == "mlp.linear_fc1.weight":
+                gate_up = [part.chunk(2) for part in parts]
+                merged[p + "mlp.gate_proj.weight"] = torch.cat([g for g, _ in gate_up])
+                merged[p + "mlp.up_proj.weight"] = torch.cat([u for _, u in gate_up])
+            elif rest == "mlp.linear_fc2.weight":
+                merged[p + "mlp.down_proj.weight"] = torch.cat(parts, dim=1)
+            elif rest == "input_layernorm.weight":
+                merged[p + "input_layernorm.weight"] = first
+            elif rest == "pre_mlp_layernorm.weight":
+                merged[p + "post_attention_layernorm.weight"] = first
+            else:
+                raise KeyError(f"{key}: not a tensor of the Qwen2 / Llama layout this merger knows")
+        else:
+            raise KeyError(f"{key}: not a tensor of the Qwen2 / Llama layout this merger knows")
+    return merged
