@@ -5,12 +5,13 @@ Each run builds ``ActorRolloutRefWorker`` twice in the same two processes: from 
 or pipeline parallel 2 (data parallel 1). Every rank gets its DP_COMPUTE_PROTO chunk of one batch (as the worker
 group dispatches) and the per-rank results are concatenated in rank order (as it collects).
 
-Log-probs, entropy and reference log-probs must agree to 1e-4. In one PPO update (KL loss, entropy bonus, gradient
-clipping active) the gradients at the optimizer step, gathered to full HF-named tensors by the hand-off stream, must
-agree with FSDP's to 1e-5 relative to the largest gradient, and so must the norm the step clips by. The parameters
-after the step agree less tightly: AdamW's first step moves each parameter by about lr * g / (|g| + eps), so a
-gradient at float-noise level (~1e-9) moves its parameter by an arbitrary fraction of lr in either engine; they must
-agree to 5% of the update. The HF rollout's model, filled by the hand-off, must hold the Megatron parameters exactly.
+Log-probs (static and token-budget micro batches), entropy and reference log-probs must agree to 1e-4. In one PPO
+update (KL loss, entropy bonus, gradient clipping active) the gradients at the optimizer step, gathered to full
+HF-named tensors by the hand-off stream, must agree with FSDP's to 1e-5 relative to the largest gradient, and so
+must the norm the step clips by. The parameters after the step agree less tightly: AdamW's first step moves each
+parameter by about lr * g / (|g| + eps), so a gradient at float-noise level (~1e-9) moves its parameter by an
+arbitrary fraction of lr in either engine; they must agree to 5% of the update. The HF rollout's model, filled by the
+hand-off, must hold the Megatron parameters exactly.
 
 A checkpoint saved after the update restores them exactly, the next update after that resume equals the
 uninterrupted one bit for bit, and its ``huggingface/`` folder loads in transformers with the same weights, as does
@@ -125,6 +126,11 @@ def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | N
         "ref_log_prob": _collect(worker.compute_ref_log_prob(shard).batch["ref_log_prob"]),
         "before": _full_params(worker),
     }
+    # token-budget micro batches (each holds whole rows of the gathered batch; pipeline stages split them alike)
+    worker.config.rollout.log_prob_use_dynamic_bsz = True
+    worker.config.rollout.log_prob_max_token_len_per_gpu = PROMPT_LEN + RESPONSE_LEN
+    result["dynamic_log_probs"] = _collect(worker.compute_log_prob(shard).batch["old_log_probs"])
+    worker.config.rollout.log_prob_use_dynamic_bsz = False
     full.batch["old_log_probs"] = result["old_log_probs"]
     full.batch["ref_log_prob"] = result["ref_log_prob"]
     result["grads"] = {}
@@ -173,7 +179,7 @@ def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
     results = torch.load(out)
     ref, got = results["fsdp"], results["megatron"]
     mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
-    keys = ("old_log_probs", "entropys", "ref_log_prob")
+    keys = ("old_log_probs", "entropys", "ref_log_prob", "dynamic_log_probs")
     diffs = {key: (got[key] - ref[key])[mask].abs().max().item() for key in keys}
     assert set(got["before"]) == set(ref["before"]) and all(
         torch.equal(got["before"][k], ref["before"][k]) for k in ref["before"]
