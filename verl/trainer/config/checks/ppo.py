@@ -608,7 +608,10 @@ def _check_data(config, ctx: _Context) -> None:
 
 
 def _check_megatron(config, ctx: _Context) -> None:
-    device = resolve_device_name(_get(config, "trainer.device"))
+    try:
+        device = resolve_device_name(_get(config, "trainer.device"))
+    except ConfigError:
+        device = "cpu"  # an unknown trainer.device is _check_device's to report, once
     problems = check_megatron(config, n_gpus=ctx.n_gpus, use_critic=ctx.use_critic, use_rm=ctx.use_rm, device=device)
     if problems:
         raise ConfigError("; ".join(problems))
