@@ -116,15 +116,15 @@ def write_reward_fn(root) -> str:
     return path
 
 
-def compose_config(overrides: list[str]):
-    """The ppo_trainer config with ``overrides``, composed as the Hydra app would."""
+def compose_config(overrides: list[str], config_name: str = "ppo_trainer"):
+    """The ``config_name`` config (``--config-name``) with ``overrides``, composed as the Hydra app would."""
     from hydra import compose, initialize_config_dir
 
     import verl.trainer
 
     config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides)
 
 
 def parse_console_metrics(stdout: str) -> list[dict]:

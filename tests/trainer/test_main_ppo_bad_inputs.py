@@ -27,7 +27,10 @@ BAD = [
     (["actor_rollout_ref.actor.loss_agg_mode=sum-everything"], "loss_agg_mode"),
     (["trainer.logger=['console','not_a_tracker']"], "trainer.logger"),
     (["actor_rollout_ref.actor.strategy=deepspeed"], "actor_rollout_ref.actor.strategy"),
-    (["actor_rollout_ref.actor.strategy=megatron"], "actor_rollout_ref.actor.strategy='megatron': the Megatron-LM"),
+    (
+        ["actor_rollout_ref.actor.strategy=megatron", "+actor_rollout_ref.actor.megatron.context_parallel_size=2"],
+        "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+    ),
     (["actor_rollout_ref.rollout.name=sglang"], "actor_rollout_ref.rollout.name='sglang': the SGLang rollout"),
     (["algorithm.adv_estimator=gae", "critic.model.path=/nonexistent/critic"], "critic.model.path"),
 ]

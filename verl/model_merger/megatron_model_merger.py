@@ -1,21 +1,72 @@
-"""Megatron dist-checkpoint merging: not available in this implementation (the Megatron backend is GPU-only)."""
+"""Merge the per-rank shards of a Megatron engine checkpoint (``global_step_N/actor``) into a Hugging Face model.
+
+The checkpoint's ``megatron_config.json`` says which (tensor, pipeline, data) parallel coordinates each rank's
+``model_world_size_{W}_rank_{r}.pt`` holds; the shards of data-parallel replica 0 are merged stage by stage into HF
+names (:func:`verl.workers.engine.megatron.weights.merge_stage_shards`: pure torch, no megatron-core or GPU needed).
+Megatron's distributed-checkpoint layout (``use_dist_checkpointing``) is not read here.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+
+import torch
+
 from verl.model_merger.base_model_merger import BaseModelMerger, ModelMergerConfig
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["MegatronModelMerger"]
 
 
 class MegatronModelMerger(BaseModelMerger):
-    """Placeholder for ``--backend megatron``: refuses with a clear message instead of writing a wrong model."""
+    """``--backend megatron``: the engine's per-rank checkpoint into one HF state dict."""
 
     def __init__(self, config: ModelMergerConfig):
-        raise NotImplementedError(
-            f"--backend megatron (local_dir={config.local_dir!r}) is not supported by this model merger; "
-            "only FSDP checkpoints (--backend fsdp) can be merged"
-        )
+        super().__init__(config)
+        path = os.path.join(config.local_dir, "megatron_config.json")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"no megatron_config.json in {config.local_dir!r}: --local_dir must be a Megatron engine checkpoint "
+                "folder such as .../global_step_N/actor"
+            )
+        with open(path) as f:
+            self.layout = json.load(f)
+        if self.config.is_value_model:
+            raise NotImplementedError("--is-value-model with --backend megatron: the Megatron engine trains no critic")
+
+    def load_merged_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full HF-named state dict (stages in order, each from its tensor-parallel ranks of replica 0)."""
+        from verl.workers.engine.megatron.weights import merge_stage_shards
+
+        layout = self.layout
+        world, tp = layout["world_size"], layout["tensor_model_parallel_size"]
+        pp = layout["pipeline_model_parallel_size"]
+        ranks = {(c["pp_rank"], c["tp_rank"]): r for r, c in enumerate(layout["ranks"]) if c["dp_rank"] == 0}
+        merged: dict[str, torch.Tensor] = {}
+        offset = 0
+        for stage in range(pp):
+            shards = [
+                torch.load(
+                    os.path.join(self.config.local_dir, f"model_world_size_{world}_rank_{ranks[(stage, t)]}.pt"),
+                    map_location="cpu",
+                    weights_only=False,
+                )
+                for t in range(tp)
+            ]
+            merged.update(merge_stage_shards(shards, self.model_config, offset))
+            offset += len({k.split(".")[2] for k in shards[0] if k.startswith("decoder.layers.")})
+        return merged
 
     def merge_and_save(self) -> None:
-        """Never reached: construction refuses."""
-        raise NotImplementedError("--backend megatron is not supported")
+        """``merge``: write the HF model and tokenizer to target_dir; ``test``: compare with ``test_hf_dir``."""
+        state_dict = self.cast(self.load_merged_state_dict())
+        if self.config.operation == "test":
+            self.test_state_dict(state_dict)
+            return
+        self.save_hf_model_and_tokenizer(state_dict)
+        if self.config.hf_upload:
+            self.upload_to_huggingface()
+        logger.info("merged %s into %s", self.config.local_dir, self.config.target_dir)

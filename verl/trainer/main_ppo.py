@@ -119,7 +119,9 @@ def train_in_ray(config, **recipe_classes) -> None:
 def worker_classes(config):
     """(actor-rollout class, critic class, worker-group class) for ``actor_rollout_ref.actor.strategy``."""
     strategy = config.actor_rollout_ref.actor.strategy
-    if strategy in ("fsdp", "fsdp2"):
+    # the role workers are backend-free: the engine their strategy names does the rest (a Megatron model-parallel
+    # group gathers its ranks' DP_COMPUTE_PROTO chunks itself, so the plain worker group dispatches for both)
+    if strategy in ("fsdp", "fsdp2", "megatron"):
         from verl.single_controller.ray import RayWorkerGroup
         from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker, AsyncActorRolloutRefWorker
         from verl.workers.roles.critic import CriticWorker
@@ -127,11 +129,6 @@ def worker_classes(config):
         async_mode = config.actor_rollout_ref.rollout.mode == "async"
         actor_cls = AsyncActorRolloutRefWorker if async_mode else ActorRolloutRefWorker
         return actor_cls, CriticWorker, RayWorkerGroup
-    if strategy == "megatron":
-        raise NotImplementedError(
-            "actor_rollout_ref.actor.strategy=megatron: the Megatron-LM engine is not available here yet; "
-            "use strategy=fsdp or fsdp2"
-        )
     raise NotImplementedError(f"actor_rollout_ref.actor.strategy={strategy!r}; expected fsdp, fsdp2 or megatron")
 
 

@@ -24,6 +24,7 @@ from verl.trainer.config.engine import (
     CheckpointConfig,
     CriticOptimConfig,
     FSDPConfig,
+    MegatronConfig,
     OptimConfig,
     WrapPolicyConfig,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "DataConfig",
     "EngineKwargsConfig",
     "FSDPConfig",
+    "MegatronConfig",
     "FilterGroupsConfig",
     "FusedKernelOptions",
     "HFModelConfig",

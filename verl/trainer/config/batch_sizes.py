@@ -3,7 +3,8 @@
 Configs give `ppo_mini_batch_size` in prompts over the whole job and the deprecated
 `*_micro_batch_size` keys over all data-parallel ranks. Each worker needs samples per rank:
 
-* mini batch per rank = `ppo_mini_batch_size * rollout.n // dp`, with `dp = world_size // ulysses_sp`;
+* mini batch per rank = `ppo_mini_batch_size * rollout.n // dp`, with `dp = world_size // ulysses_sp` (Megatron:
+  `world_size // (tensor x pipeline x context parallel)`, the ranks that share one copy of the model);
 * a deprecated global micro batch is divided by `dp` and becomes the `*_per_gpu` value;
 * gradient accumulation = mini batch per rank // micro batch per rank.
 
@@ -58,6 +59,20 @@ def data_parallel_size(world_size: int, sp_size: int, sp_key: str = "ulysses_seq
             f" = {world_size})"
         )
     return world_size // sp_size
+
+
+def _parallel_dp(section, prefix: str, world_size: int) -> int:
+    """Data-parallel size of a role: the world over its Ulysses group, or with `strategy=megatron` over the ranks
+    holding one copy of the model (`megatron.tensor_model_parallel_size * pipeline_... * context_...`)."""
+    if _get(section, "strategy") != "megatron":
+        key = f"{prefix}.ulysses_sequence_parallel_size"
+        return data_parallel_size(world_size, _get(section, "ulysses_sequence_parallel_size", 1), key)
+    megatron = _get(section, "megatron")
+    sizes = [_get(megatron, f"{k}_parallel_size", 1) for k in ("tensor_model", "pipeline_model", "context")]
+    key = f"{prefix}.megatron.tensor_model_parallel_size * pipeline_model_parallel_size * context_parallel_size"
+    if not all(isinstance(v, int) and v >= 1 for v in sizes):
+        raise ConfigError(f"{key} = {sizes}: each must be a positive integer")
+    return data_parallel_size(world_size, sizes[0] * sizes[1] * sizes[2], key)
 
 
 def _per_rank_micro(global_key: str, global_value, per_gpu_value, dp: int):
@@ -130,9 +145,7 @@ def normalize_actor_batch_sizes(config, world_size: int) -> ActorBatchSizes:
     """
     actor, rollout, ref = config.actor, config.rollout, _get(config, "ref")
     prefix = "actor_rollout_ref.actor"
-    dp = data_parallel_size(
-        world_size, _get(actor, "ulysses_sequence_parallel_size", 1), f"{prefix}.ulysses_sequence_parallel_size"
-    )
+    dp = _parallel_dp(actor, prefix, world_size)
     n = _get(rollout, "n", 1)
     mini = _mini_per_rank(prefix, _get(actor, "ppo_mini_batch_size"), n, dp)
     micro = _per_rank_micro(
@@ -181,9 +194,7 @@ class CriticBatchSizes:
 def normalize_critic_batch_sizes(config, world_size: int) -> CriticBatchSizes:
     """Per-rank batch sizes for a `critic` config section on `world_size` workers."""
     prefix = "critic"
-    dp = data_parallel_size(
-        world_size, _get(config, "ulysses_sequence_parallel_size", 1), f"{prefix}.ulysses_sequence_parallel_size"
-    )
+    dp = _parallel_dp(config, prefix, world_size)
     mini = _mini_per_rank(prefix, _get(config, "ppo_mini_batch_size"), _get(config, "rollout_n", 1), dp)
     micro = _per_rank_micro(
         f"{prefix}.ppo_micro_batch_size",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from verl.utils.config import BaseConfig
 
-__all__ = ["CheckpointConfig", "CriticOptimConfig", "FSDPConfig", "OptimConfig", "WrapPolicyConfig"]
+__all__ = ["CheckpointConfig", "CriticOptimConfig", "FSDPConfig", "MegatronConfig", "OptimConfig", "WrapPolicyConfig"]
 
 
 @dataclass
@@ -29,6 +29,32 @@ class FSDPConfig(BaseConfig):
     forward_prefetch: bool = False
     model_dtype: str | None = None
     mixed_precision: dict | None = None
+
+
+@dataclass
+class MegatronConfig(BaseConfig):
+    """`*.megatron` (`ppo_megatron_trainer.yaml`): parallelism, offload and checkpoint layout of one Megatron model."""
+
+    param_offload: bool = False
+    grad_offload: bool = False
+    optimizer_offload: bool = False
+    tensor_model_parallel_size: int = 1
+    expert_model_parallel_size: int = 1
+    expert_tensor_parallel_size: int | None = None
+    pipeline_model_parallel_size: int = 1
+    virtual_pipeline_model_parallel_size: int | None = None
+    context_parallel_size: int = 1
+    sequence_parallel: bool = True
+    use_distributed_optimizer: bool = True
+    use_dist_checkpointing: bool = False
+    dist_checkpointing_path: str | None = None
+    seed: int = 42
+    override_transformer_config: dict = field(default_factory=dict)
+
+    @property
+    def model_parallel_size(self) -> int:
+        """Ranks that hold one copy of the model: tensor x pipeline x context parallel."""
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
 
 
 @dataclass

@@ -126,6 +126,11 @@ class TrainingEngine(ABC):
         generation (and frees that engine's memory after it). ``device_mesh``: the rollout's ``("dp", "infer_tp")``
         mesh."""
 
+    def hf_rollout_module(self) -> tuple[torch.nn.Module, BaseShardingManager | None]:
+        """The HF model the HF rollout samples from, and the hand-off that brings this engine's current weights into
+        it before each generation (None: it is the engine's own module, always current)."""
+        return self.module, None
+
     @abstractmethod
     def save_checkpoint(self, local_path: str, hdfs_path=None, global_step: int = 0, max_ckpt_to_keep=None) -> None:
         """Save this rank's shard of the model, optimizer, LR scheduler and RNG state under ``local_path``."""

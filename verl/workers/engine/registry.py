@@ -27,6 +27,13 @@ def get_engine_cls(strategy: str, config_key: str = "strategy") -> type[Training
     ``actor_rollout_ref.actor.strategy``)."""
     import verl.workers.engine.fsdp  # noqa: F401  (registers the built-in engines)
 
+    if strategy == "megatron" and _ENGINES.get(strategy) is None:
+        try:  # optional: megatron-core is the `megatron` extra
+            import verl.workers.engine.megatron.engine  # noqa: F401
+        except ImportError as e:
+            raise ValueError(
+                f"{config_key}='megatron' needs megatron-core ({e}); install it with pip install -e .[megatron]"
+            ) from e
     engine_cls = _ENGINES.get(strategy)
     if engine_cls is None:
         raise ValueError(

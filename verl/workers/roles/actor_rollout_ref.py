@@ -95,8 +95,9 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             from verl.workers.rollout import HFRollout, NaiveRollout
 
             rollout_cls = HFRollout if name == "hf" else NaiveRollout
-            # the HF rollout samples from the actor's own module: no weight hand-off needed
-            return rollout_cls(self.actor_module, self.config.rollout), None
+            # the HF rollout samples from an HF model: the engine's own (FSDP, no hand-off) or one it keeps current
+            module, handoff = self.actor_engine.hf_rollout_module()
+            return rollout_cls(module, self.config.rollout), handoff
         if name == "vllm":
             from torch.distributed.device_mesh import init_device_mesh
 

@@ -584,18 +584,79 @@ def test_sglang_is_refused_before_ray_even_when_installed(base_cfg, monkeypatch,
         check_ppo_config(_with(base_cfg, actor_rollout_ref__rollout__name=name))
 
 
-@pytest.mark.parametrize("section", ["actor_rollout_ref.actor", "critic"])
-def test_megatron_is_refused_before_ray_even_when_installed(base_cfg, monkeypatch, section):
+def _megatron_grpo(base_cfg, **updates):
+    defaults = {
+        "actor_rollout_ref__actor__strategy": "megatron",
+        "algorithm__adv_estimator": "grpo",
+        "actor_rollout_ref__rollout__n": 2,
+        "actor_rollout_ref__rollout__name": "hf",
+    }
+    return _with(base_cfg, **{**defaults, **updates})
+
+
+def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
+    """A critic-free estimator needs no Megatron critic. ppo_megatron_trainer.yaml's sequence_parallel and
+    use_distributed_optimizer change nothing at tp=1 and one data-parallel replica, so they pass there; with two
+    replicas the distributed optimizer must be switched off, and tp=2 then needs sequence_parallel=False."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed")
+    check_ppo_config(_megatron_grpo(base_cfg, trainer__n_gpus_per_node=1))
+    no_dist_opt = {"actor_rollout_ref__actor__megatron__use_distributed_optimizer": False}
+    check_ppo_config(_megatron_grpo(base_cfg, **no_dist_opt))
+    check_ppo_config(
+        _megatron_grpo(
+            base_cfg,
+            actor_rollout_ref__actor__megatron__tensor_model_parallel_size=2,
+            actor_rollout_ref__actor__megatron__sequence_parallel=False,
+            actor_rollout_ref__ref__megatron__tensor_model_parallel_size=2,
+            actor_rollout_ref__ref__megatron__sequence_parallel=False,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "updates, message",
+    [
+        ({"algorithm__adv_estimator": "gae"}, "algorithm.adv_estimator='gae' trains a critic"),
+        (
+            {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
+            "actor_rollout_ref.actor.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
+        ),
+        ({}, "actor_rollout_ref.actor.megatron.use_distributed_optimizer=True with 2 data-parallel replicas"),
+        (
+            {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},
+            "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+        ),
+        ({"actor_rollout_ref__actor__megatron__param_offload": True}, "megatron.param_offload=True"),
+        ({"trainer__device": "cuda"}, "trainer.device='cuda' with strategy=megatron"),
+        ({"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2}, "Ulysses is the FSDP engine's"),
+        (
+            {"actor_rollout_ref__ref__megatron__pipeline_model_parallel_size": 2},
+            "ref.megatron tensor/pipeline_model_parallel_size must equal the actor's",
+        ),
+        (
+            {
+                "actor_rollout_ref__actor__megatron__pipeline_model_parallel_size": 2,
+                "actor_rollout_ref__ref__megatron__pipeline_model_parallel_size": 2,
+            },
+            "pipeline_model_parallel_size=2 must divide the model's 1 layers",  # the tiny test model has one
+        ),
+    ],
+    ids=["critic", "sp", "dist-opt", "cp", "offload", "cuda", "ulysses", "ref-sizes", "layers"],
+)
+def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed")
+    with pytest.raises(ConfigError) as info:
+        check_ppo_config(_megatron_grpo(base_cfg, **updates))
+    assert message in str(info.value), str(info.value)
+
+
+def test_megatron_without_megatron_core_says_how_to_install(base_cfg, monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda n, *a: object() if n.startswith("megatron") else real_find_spec(n, *a)
+        importlib.util, "find_spec", lambda n, *a: None if n.startswith("megatron") else real_find_spec(n, *a)
     )
-    cfg = _with(base_cfg, **{f"{section.replace('.', '__')}__strategy": "megatron"})
-    with pytest.raises(ConfigError) as info:
-        check_ppo_config(cfg)
-    message = str(info.value)
-    assert f"{section}.strategy='megatron': the Megatron-LM engine is not available here yet" in message
-    assert "pip install" not in message and "fsdp (or fsdp2)" in message
+    with pytest.raises(ConfigError, match=r"strategy='megatron' needs megatron-core: pip install -e \.\[megatron\]"):
+        check_ppo_config(_megatron_grpo(base_cfg))
 
 
 def test_gsm8k_tool_data_with_only_an_interaction_config_is_accepted(base_cfg, tmp_path):

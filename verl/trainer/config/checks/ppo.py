@@ -24,6 +24,7 @@ from verl.trainer.config.batch_sizes import (
     normalize_reward_model_micro_batch_size,
 )
 from verl.trainer.config.checks.data import check_data_files
+from verl.trainer.config.checks.megatron import check_megatron, check_megatron_model
 from verl.trainer.config.checks.multi_turn import check_multi_turn
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.vlm import check_vision_language_policy
@@ -54,7 +55,7 @@ CRITIC_FREE_ESTIMATORS = (
 )
 # Estimators whose baseline is computed within the group of responses to one prompt.
 GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline", "opo")
-STRATEGIES = ("fsdp", "fsdp2", "megatron")  # verl's; megatron is refused with the reason (see _check_choices)
+STRATEGIES = ("fsdp", "fsdp2", "megatron")  # verl's; what megatron cannot do yet is refused in checks.megatron
 # verl's rollout names; the SGLang ones are recognised so that they are refused with the reason, not as unknown
 ROLLOUT_NAMES = ("hf", "vllm", "sglang", "sglang_async")
 SGLANG_ROLLOUT_NAMES = ("sglang", "sglang_async")
@@ -124,14 +125,8 @@ def _check_choices(config, ctx: _Context) -> None:
     if _get(config, "actor_rollout_ref.hybrid_engine") is not True:
         raise ConfigError("actor_rollout_ref.hybrid_engine=False is not supported; expected True")
     strategy = _choice(config, "actor_rollout_ref.actor.strategy", STRATEGIES)
-    critic_strategy = _get(config, "critic.strategy")
-    for key, value in (("actor_rollout_ref.actor.strategy", strategy), ("critic.strategy", critic_strategy)):
-        if value == "megatron":
-            raise ConfigError(
-                f"{key}='megatron': the Megatron-LM engine is not available here yet (installing megatron-core does "
-                "not change that); set actor_rollout_ref.actor.strategy and critic.strategy to fsdp (or fsdp2)"
-            )
-    _choice(config, "critic.strategy", ("fsdp", "fsdp2"))
+    if ctx.use_critic and strategy != "megatron":  # a Megatron actor's critic: see checks.megatron
+        _choice(config, "critic.strategy", ("fsdp", "fsdp2"))
     _choice(config, "actor_rollout_ref.rollout.mode", ("sync", "async"))
     _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
     if ctx.use_critic:
@@ -259,8 +254,6 @@ def _check_exclusive(config, section: str, global_key: str, per_gpu_key: str) ->
 def _check_batch_sizes(config, ctx: _Context) -> None:
     train_bs = _positive_int(config, "data.train_batch_size")
     n = _positive_int(config, "actor_rollout_ref.rollout.n")
-    if _get(config, "actor_rollout_ref.actor.strategy") == "megatron":
-        return  # refused in _check_choices; the numbers below are FSDP's
     if (train_bs * n) % ctx.n_gpus != 0:
         raise ConfigError(
             f"data.train_batch_size * actor_rollout_ref.rollout.n = {train_bs} * {n} = {train_bs * n} must be "
@@ -319,8 +312,6 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
     prompt_len = _positive_int(config, "data.max_prompt_length")
     response_len = _positive_int(config, "data.max_response_length")
     seq_len = prompt_len + response_len
-    if _get(config, "actor_rollout_ref.actor.strategy") == "megatron":
-        return  # refused in _check_choices; sequence parallelism below is FSDP's (Ulysses)
     sp_sections = [("actor_rollout_ref.actor", "actor_rollout_ref.model.use_remove_padding")]
     if ctx.use_ref:
         sp_sections.append(("actor_rollout_ref.ref", "actor_rollout_ref.model.use_remove_padding"))
@@ -581,6 +572,7 @@ def _check_models(config, ctx: _Context) -> None:
                 f"use a divisor of {heads}"
             )
         if path_key == "actor_rollout_ref.model.path":
+            check_megatron_model(config, hf_config, path_key)
             ctx.policy_is_vlm = is_vision_language_config(hf_config)
             check_vision_language_policy(config, hf_config, path_key, ctx.use_critic)
             check_fused_head_model(config, text_config)
@@ -615,6 +607,16 @@ def _check_data(config, ctx: _Context) -> None:
         check_data_files(config, policy_is_vlm=ctx.policy_is_vlm)
 
 
+def _check_megatron(config, ctx: _Context) -> None:
+    try:
+        device = resolve_device_name(_get(config, "trainer.device"))
+    except ConfigError:
+        device = "cpu"  # an unknown trainer.device is _check_device's to report, once
+    problems = check_megatron(config, n_gpus=ctx.n_gpus, use_critic=ctx.use_critic, use_rm=ctx.use_rm, device=device)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 def _check_runtime_support(config, ctx: _Context) -> None:
     check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref, use_rm=ctx.use_rm)
 
@@ -622,6 +624,7 @@ def _check_runtime_support(config, ctx: _Context) -> None:
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_runtime_support,
     _check_choices,
+    _check_megatron,
     _check_estimator,
     _check_rollout,
     _check_batch_sizes,

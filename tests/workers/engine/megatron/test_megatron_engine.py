@@ -1,0 +1,215 @@
+"""The Megatron engine behind the real actor / rollout / reference worker equals the FSDP2 engine, on 2 gloo processes.
+
+Each run builds ``ActorRolloutRefWorker`` twice in the same two processes: from the ``ppo_trainer`` config with
+``strategy=fsdp2`` (data parallel 2), and from ``ppo_megatron_trainer`` (``strategy=megatron``) at tensor parallel 2
+or pipeline parallel 2 (data parallel 1). Every rank gets its DP_COMPUTE_PROTO chunk of one batch (as the worker
+group dispatches) and the per-rank results are concatenated in rank order (as it collects).
+
+Log-probs (static and token-budget micro batches), entropy and reference log-probs must agree to 1e-4. In one PPO
+update (KL loss, entropy bonus, gradient clipping active) the gradients at the optimizer step, gathered to full
+HF-named tensors by the hand-off stream, must agree with FSDP's to 1e-5 relative to the largest gradient, and so
+must the norm the step clips by. The parameters after the step agree less tightly: AdamW's first step moves each
+parameter by about lr * g / (|g| + eps), so a gradient at float-noise level (~1e-9) moves its parameter by an
+arbitrary fraction of lr in either engine; they must agree to 5% of the update. The HF rollout's model, filled by the
+hand-off, must hold the Megatron parameters exactly.
+
+A checkpoint saved after the update restores them exactly, the next update after that resume equals the
+uninterrupted one bit for bit, and its ``huggingface/`` folder loads in transformers with the same weights, as does
+the folder the model merger (``--backend megatron``) writes from the per-rank shards.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e .[megatron])")
+
+from tests.gloo_ranks import spawn_gloo_ranks  # noqa: E402
+from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN, rollout_batch  # noqa: E402
+
+WORLD = 2
+
+
+def _config(model: str, strategy: str, tp: int, pp: int):
+    from tests.trainer.ppo_e2e_utils import compose_config
+
+    overrides = [
+        f"actor_rollout_ref.model.path={model}",
+        f"actor_rollout_ref.actor.strategy={strategy}",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        "actor_rollout_ref.actor.optim.total_training_steps=10",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
+        "actor_rollout_ref.actor.grad_clip=0.5",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.n=1",
+        f"actor_rollout_ref.rollout.response_length={RESPONSE_LEN}",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        f"data.max_response_length={RESPONSE_LEN}",
+    ]
+    if strategy == "megatron":
+        overrides += [
+            f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp}",
+            f"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={pp}",
+            "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+            "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
+            f"actor_rollout_ref.ref.megatron.tensor_model_parallel_size={tp}",
+            f"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size={pp}",
+            "actor_rollout_ref.ref.megatron.sequence_parallel=False",
+            "actor_rollout_ref.ref.megatron.use_distributed_optimizer=False",
+        ]
+    config_name = "ppo_megatron_trainer" if strategy == "megatron" else "ppo_trainer"
+    return compose_config(overrides, config_name).actor_rollout_ref
+
+
+def _collect(part: torch.Tensor) -> torch.Tensor:
+    parts = [None] * WORLD
+    dist.all_gather_object(parts, part)
+    return torch.cat(parts)
+
+
+def _full_grads(engine) -> dict[str, torch.Tensor]:
+    """The gradients as full HF-named tensors (Megatron: through the hand-off stream, gradients in place of data)."""
+    if not hasattr(engine, "hf_weights"):
+        return {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()}
+    data = {}
+    for p in engine.module.parameters():
+        data[p] = p.data
+        p.data = p.grad.clone()
+    grads = {name: t.clone() for name, t in engine.hf_weights()}
+    for p, d in data.items():
+        p.data = d
+    return grads
+
+
+def _capture_grads(engine, into: dict) -> None:
+    """Record the full gradients of the first update where the engine's step reads them: FSDP's right away,
+    Megatron's once it has averaged them over data-parallel replicas."""
+    name = "_reduce_gradients" if hasattr(engine, "hf_weights") else "optimizer_step"
+    original = getattr(engine, name)
+
+    def wrapped():
+        if name == "_reduce_gradients":
+            original()
+        if not into:
+            into.update(_full_grads(engine))
+        return None if name == "_reduce_gradients" else original()
+
+    setattr(engine, name, wrapped)
+
+
+def _full_params(worker) -> dict[str, torch.Tensor]:
+    engine = worker.actor_engine
+    if hasattr(engine, "hf_weights"):
+        return {name: t.clone() for name, t in engine.hf_weights()}
+    state = engine.module.state_dict()
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()}
+
+
+def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | None = None) -> dict:
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
+
+    worker = ActorRolloutRefWorker(_config(model, strategy, tp, pp), role="actor_rollout_ref")
+    worker.init_model()
+    full = rollout_batch(vocab=worker.hf_config.vocab_size, seed=3)
+    shard = full.chunk(WORLD)[rank]
+    log_prob_out = worker.compute_log_prob(shard)
+    result = {
+        "old_log_probs": _collect(log_prob_out.batch["old_log_probs"]),
+        "entropys": _collect(log_prob_out.batch["entropys"]),
+        "ref_log_prob": _collect(worker.compute_ref_log_prob(shard).batch["ref_log_prob"]),
+        "before": _full_params(worker),
+    }
+    # token-budget micro batches (each holds whole rows of the gathered batch; pipeline stages split them alike)
+    worker.config.rollout.log_prob_use_dynamic_bsz = True
+    worker.config.rollout.log_prob_max_token_len_per_gpu = PROMPT_LEN + RESPONSE_LEN
+    result["dynamic_log_probs"] = _collect(worker.compute_log_prob(shard).batch["old_log_probs"])
+    worker.config.rollout.log_prob_use_dynamic_bsz = False
+    full.batch["old_log_probs"] = result["old_log_probs"]
+    full.batch["ref_log_prob"] = result["ref_log_prob"]
+    result["grads"] = {}
+    _capture_grads(worker.actor_engine, result["grads"])
+    metrics = worker.update_actor(full.chunk(WORLD)[rank]).meta_info["metrics"]
+    result["grad_norm"] = metrics["actor/grad_norm"]
+    result["pg_loss"] = metrics["actor/pg_loss"]
+    result["after"] = _full_params(worker)
+    if strategy == "megatron":  # the HF rollout's own model, filled by the hand-off
+        module, handoff = worker.actor_engine.hf_rollout_module()
+        with handoff:
+            result["rollout"] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        # save after the first update, update again, restore, update again: the same second update (exact resume)
+        worker.save_checkpoint(ckpt, global_step=1)
+        worker.update_actor(full.chunk(WORLD)[rank])
+        second = _full_params(worker)
+        worker.load_checkpoint(ckpt)
+        restored = _full_params(worker)
+        worker.update_actor(full.chunk(WORLD)[rank])
+        resumed = _full_params(worker)
+        result["restored_exact"] = all(torch.equal(restored[k], result["after"][k]) for k in restored)
+        result["resumed_exact"] = all(torch.equal(resumed[k], second[k]) for k in second)
+        result["second_moved"] = max((second[k] - result["after"][k]).abs().max().item() for k in second)
+    return result
+
+
+def _run(rank: int, model: str, tp: int, pp: int, out: str, ckpt: str):
+    torch.set_num_threads(1)
+    baseline = _steps(rank, model, "fsdp2", 1, 1)
+    megatron = _steps(rank, model, "megatron", tp, pp, ckpt)
+    if rank == 0:
+        torch.save({"fsdp": baseline, "megatron": megatron}, out)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from verl.demo.tiny_model import make_tiny_model_dir
+
+    return make_tiny_model_dir(str(tmp_path_factory.mktemp("megatron_engine") / "actor"))
+
+
+@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)], ids=["tp2", "pp2"])
+def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
+    out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
+    spawn_gloo_ranks(_run, WORLD, model, tp, pp, out, ckpt)
+    results = torch.load(out)
+    ref, got = results["fsdp"], results["megatron"]
+    mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
+    keys = ("old_log_probs", "entropys", "ref_log_prob", "dynamic_log_probs")
+    diffs = {key: (got[key] - ref[key])[mask].abs().max().item() for key in keys}
+    assert set(got["before"]) == set(ref["before"]) and all(
+        torch.equal(got["before"][k], ref["before"][k]) for k in ref["before"]
+    )
+    # the update moved the weights, clipped (grad_clip=0.5 below the norm) the same way in both
+    moved = max((ref["after"][k] - ref["before"][k]).abs().max().item() for k in ref["after"])
+    assert moved > 1e-3 and ref["grad_norm"][0] > 0.5
+    largest = max(g.abs().max().item() for g in ref["grads"].values())
+    assert got["grads"].keys() == ref["grads"].keys()
+    diffs["grads"] = max((got["grads"][k] - g).abs().max().item() for k, g in ref["grads"].items()) / largest
+    diffs["params"] = max((got["after"][k] - ref["after"][k]).abs().max().item() for k in ref["after"]) / moved
+    diffs["grad_norm"] = abs(got["grad_norm"][0] - ref["grad_norm"][0]) / ref["grad_norm"][0]
+    diffs["pg_loss"] = abs(got["pg_loss"][0] - ref["pg_loss"][0])
+    print(f"tp={tp} pp={pp} megatron vs fsdp2:", diffs)
+    for key in (*keys, "pg_loss"):
+        assert diffs[key] < 1e-4, (key, diffs[key])
+    assert diffs["grads"] < 1e-5 and diffs["grad_norm"] < 1e-5 and diffs["params"] < 0.05, diffs
+    rollout = got["rollout"]
+    assert all(torch.equal(rollout[k], got["after"][k]) for k in got["after"])
+    # checkpoint: restored exactly, and the update after the resume equals the uninterrupted one
+    assert got["second_moved"] > 1e-4 and got["restored_exact"] and got["resumed_exact"], got
+    # the checkpoint's huggingface/ folder is an HF model of the saved weights
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "global_step_1" / "actor" / "huggingface"))
+    assert all(torch.equal(p, got["after"][n]) for n, p in hf.state_dict().items() if n in got["after"])
+    # the model merger rebuilds the same HF model from the per-rank shards alone (no process group)
+    from verl.model_merger import main as merge
+
+    target = tmp_path / "merged"
+    merge(["merge", "--backend", "megatron", "--local_dir", ckpt, "--target_dir", str(target), "--dtype", "float32"])
+    merged = AutoModelForCausalLM.from_pretrained(str(target)).state_dict()
+    assert set(got["after"]) <= set(merged) and all(torch.equal(merged[n], t) for n, t in got["after"].items())

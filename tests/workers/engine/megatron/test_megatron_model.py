@@ -1,0 +1,187 @@
+"""The Megatron model built from an HF config, the HF<->Megatron converter and the CPU covers, against transformers.
+
+Each case runs in spawned gloo processes (megatron-core's parallel state is process-global): TP=1 and TP=2 logits and
+log-probs equal transformers' in fp32; HF -> Megatron -> HF is exact, tensor by tensor. At TP=2 the logits are
+gathered by megatron-core's own tensor-parallel gather, under the CPU device cover.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e .[megatron])")
+
+from tests.gloo_ranks import spawn_gloo_ranks  # noqa: E402
+from verl.demo.tiny_model import make_tiny_model_dir  # noqa: E402
+from verl.workers.engine.megatron.cpu_shims import CPURNGStatesTracker, cpu_current_device, rng_seeds  # noqa: E402
+
+TOLERANCE = 1e-4
+
+
+def _batch(vocab_size: int, seed: int = 0):
+    """Three left-padded rows of 12 tokens, the last 5 the response."""
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, vocab_size, (3, 12), generator=g)
+    attention_mask = torch.ones(3, 12, dtype=torch.long)
+    attention_mask[0, :4] = 0
+    attention_mask[1, :2] = 0
+    attention_mask[2, -1] = 0  # a right-padded response too
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return input_ids, attention_mask, position_ids
+
+
+def _compare_with_transformers(rank: int, path: str, tp: int, out_dir: str) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from verl.utils.torch_functional import logprobs_from_logits
+    from verl.workers.engine.megatron.model import build_gpt_model, gpt_logits, transformer_config
+    from verl.workers.engine.megatron.parallel import init_model_parallel
+    from verl.workers.engine.megatron.weights import HFCheckpointReader, iter_hf_weights, load_hf_weights
+
+    init_model_parallel(tp, 1, seed=1)
+    hf_config = AutoConfig.from_pretrained(path)
+    model = build_gpt_model(hf_config, transformer_config(hf_config, tp_size=tp)).eval()
+    load_hf_weights(model, hf_config, path)
+    reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    input_ids, attention_mask, position_ids = _batch(hf_config.vocab_size)
+    with torch.no_grad():
+        logits = gpt_logits(model, input_ids, attention_mask, position_ids)
+        expected = reference(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    valid = attention_mask.bool()
+    responses = input_ids[:, -5:]
+    log_probs = logprobs_from_logits(logits[:, -6:-1], responses)
+    expected_log_probs = logprobs_from_logits(expected[:, -6:-1], responses)
+    response_valid = valid[:, -5:]
+    reader = HFCheckpointReader(path)
+    names, exact = [], True
+    for name, tensor in iter_hf_weights(model, hf_config):
+        names.append(name)
+        exact = exact and torch.equal(tensor, reader.get(name))
+    result = {
+        "logits": (logits - expected)[valid].abs().max().item(),
+        "log_probs": (log_probs - expected_log_probs)[response_valid].abs().max().item(),
+        "names": names,
+        "exact": exact,
+    }
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+def _run(tmp_path, tp: int, **model_kwargs) -> list[dict]:
+    path = make_tiny_model_dir(str(tmp_path / "model"), **model_kwargs)
+    spawn_gloo_ranks(_compare_with_transformers, tp, path, tp, str(tmp_path))
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
+        hf_names = set(f.keys())
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(tp)]
+    for result in results:
+        assert result["logits"] < TOLERANCE and result["log_probs"] < TOLERANCE, result
+        assert result["exact"] and set(result["names"]) == hf_names  # every HF tensor, none other, bit for bit
+    return results
+
+
+def test_qwen2_tp1_equals_transformers_and_round_trips(tmp_path):
+    _run(tmp_path, tp=1, model_type="qwen2")
+
+
+def test_qwen2_tp2_tied_embeddings_equals_transformers_and_gathers_exactly(tmp_path):
+    # vocabulary 259: padded to 260 for two vocabulary shards, the padding cut from the logits
+    results = _run(tmp_path, tp=2, model_type="qwen2", tie_word_embeddings=True)
+    assert results[0]["names"] == results[1]["names"]  # the same sequence on every rank
+
+
+def test_llama_with_llama3_rope_scaling_equals_transformers(tmp_path):
+    path = make_tiny_model_dir(str(tmp_path / "model"), model_type="llama")
+    config_file = os.path.join(path, "config.json")
+    with open(config_file) as f:
+        config = json.load(f)
+    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+    config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, **scaling}
+    config.pop("rope_scaling", None)
+    config["rope_theta"] = 500000.0
+    with open(config_file, "w") as f:
+        json.dump(config, f)
+    from transformers import AutoConfig
+
+    from verl.workers.engine.megatron.model import hf_inv_freq
+
+    plain = hf_inv_freq(AutoConfig.from_pretrained(path))
+    default = 1.0 / (500000.0 ** (torch.arange(0, plain.numel() * 2, 2).float() / (plain.numel() * 2)))
+    assert not torch.allclose(plain, default)  # the scaling changes some frequencies: the case tests something
+    spawn_gloo_ranks(_compare_with_transformers, 1, path, 1, str(tmp_path))
+    result = json.loads((tmp_path / "rank0.json").read_text())
+    assert result["logits"] < TOLERANCE and result["exact"]
+
+
+def test_unsupported_models_are_refused_by_name():
+    from transformers import GemmaConfig, LlamaConfig
+
+    from verl.workers.engine.megatron.model import check_supported
+
+    with pytest.raises(ValueError, match="model_type is 'gemma'"):
+        check_supported(GemmaConfig())
+    config = LlamaConfig(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0})
+    with pytest.raises(ValueError, match="rope_type='yarn'"):
+        check_supported(config)
+
+
+# ------------------------------------------------------------------------------------------------ the CPU covers
+def test_cpu_current_device_names_the_cpu_only_inside_the_block():
+    if torch.cuda.is_available():
+        pytest.skip("the cover is a no-op with CUDA")
+    from megatron.core.utils import GlobalMemoryBuffer
+
+    original, original_cuda = torch.cuda.current_device, torch.Tensor.cuda
+    x = torch.arange(6.0).reshape(2, 3)
+    with cpu_current_device():
+        buffer = GlobalMemoryBuffer().get_tensor((2, 3), torch.float32, "t")
+        buffer.copy_(x)
+        moved = x.cuda()
+    assert buffer.device.type == "cpu" and torch.equal(buffer, x) and moved is x
+    assert torch.cuda.current_device is original and torch.Tensor.cuda is original_cuda  # restored
+
+
+def test_rotary_embedding_under_the_cover_equals_the_formula():
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    with cpu_current_device():
+        rotary = RotaryEmbedding(kv_channels=8, rotary_percent=1.0, rotary_base=100, use_cpu_initialization=True)
+        emb = rotary(5)  # (seq, 1, 1, dim): angles of each position
+    inv_freq = 1.0 / (100 ** (torch.arange(0, 8, 2).float() / 8))
+    angles = torch.outer(torch.arange(5).float(), inv_freq)
+    assert torch.allclose(emb.squeeze(1).squeeze(1), torch.cat([angles, angles], dim=-1))
+
+
+def test_cpu_rng_tracker_forks_seeded_streams_and_leaves_the_default_one_alone():
+    tracker = CPURNGStatesTracker()
+    seeds = rng_seeds(7, tp_rank=1)
+    for name, seed in seeds.items():
+        tracker.add(name, seed)
+    expected = torch.Generator().manual_seed(seeds["model-parallel-rng"])
+    torch.manual_seed(123)
+    default_next = torch.rand(3, generator=torch.Generator().manual_seed(123))
+    with tracker.fork():
+        first = torch.rand(4)
+    with tracker.fork("model-parallel-rng"):
+        second = torch.rand(4)  # the stream goes on where the first fork left it
+    assert torch.equal(torch.rand(3), default_next)
+    assert torch.equal(first, torch.rand(4, generator=expected))
+    assert torch.equal(second, torch.rand(4, generator=expected))
+    # dropout under a fork draws its mask from the named stream: as dropout on a generator seeded alike
+    x = torch.ones(1000)
+    with tracker.fork("data-parallel-rng"):
+        dropped = torch.nn.functional.dropout(x, p=0.5)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seeds["data-parallel-rng"])
+        expected_dropped = torch.nn.functional.dropout(x, p=0.5)
+    assert torch.equal(dropped, expected_dropped) and 300 < int((dropped == 0).sum()) < 700
+    with pytest.raises(ValueError, match="already tracked"):
+        tracker.add("other", seeds["data-parallel-rng"])
+    with pytest.raises(KeyError, match="not tracked"):
+        with tracker.fork("missing"):
+            pass

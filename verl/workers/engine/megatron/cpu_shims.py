@@ -1,0 +1,120 @@
+"""Narrow covers for the CUDA-only spots megatron-core reaches on its forward and backward path, so the same model
+code runs on CPU with gloo process groups. Each cover is a no-op where CUDA is available.
+
+1. :func:`cpu_current_device`: megatron-core allocates buffers and moves the rotary ``inv_freq`` with
+   ``device=torch.cuda.current_device()`` (rotary embedding, ``GlobalMemoryBuffer``, the tensor-parallel gathers in
+   ``tensor_parallel.mappings`` and ``layers``), and with pipeline stages and tied embeddings it moves the last
+   stage's copy of the embedding with ``weight.data.cuda()`` before syncing it. Without a CUDA driver those calls
+   raise; inside the context the first names the CPU and the second leaves the tensor where it is.
+2. :class:`CPURNGStatesTracker`: the attention's dropout region forks the tensor-parallel RNG state
+   (``get_cuda_rng_tracker().fork()``), and megatron-core's tracker keeps CUDA generator states. This one keeps CPU
+   generator states under the same names and seeds (:func:`install_rng_tracker`).
+
+Megatron's own pipeline schedules create a tensor with the literal ``device="cuda"``; the engine drives its pipeline
+stages itself instead (:mod:`verl.workers.engine.megatron.pipeline`), so no cover is needed there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+__all__ = ["CPURNGStatesTracker", "cpu_current_device", "install_rng_tracker", "rng_seeds"]
+
+
+@contextlib.contextmanager
+def cpu_current_device() -> Iterator[None]:
+    """Within the block, when CUDA is not available (where both would raise), ``torch.cuda.current_device()`` returns
+    ``"cpu"`` and ``Tensor.cuda()`` returns the tensor itself: megatron-core's allocations on the current device land
+    on the CPU. Unchanged with CUDA."""
+    if torch.cuda.is_available():
+        yield
+        return
+    current_device, tensor_cuda = torch.cuda.current_device, torch.Tensor.cuda
+    torch.cuda.current_device = lambda: "cpu"
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    try:
+        yield
+    finally:
+        torch.cuda.current_device, torch.Tensor.cuda = current_device, tensor_cuda
+
+
+class CPURNGStatesTracker:
+    """megatron-core's RNG-states tracker interface (``add``, ``fork``, ``get_states``, ``set_states``, ``reset``,
+    ``is_initialized``) over the CPU generator: ``fork(name)`` runs its block with the named state swapped in and keeps
+    the advanced state for the next fork, restoring the default stream afterwards."""
+
+    def __init__(self):
+        self.reset()
+
+    def is_initialized(self) -> bool:
+        return self._is_initialized
+
+    def reset(self) -> None:
+        self._is_initialized = False
+        self.states_: dict[str, torch.Tensor] = {}
+        self.seeds_: set[int] = set()
+
+    def get_states(self) -> dict[str, torch.Tensor]:
+        return dict(self.states_)
+
+    def set_states(self, states: dict[str, torch.Tensor]) -> None:
+        self._is_initialized = True
+        self.states_ = states
+
+    def add(self, name: str, seed: int) -> None:
+        if seed in self.seeds_:
+            raise ValueError(f"RNG seed {seed} is already tracked")
+        if name in self.states_:
+            raise ValueError(f"RNG state {name!r} is already tracked")
+        self._is_initialized = True
+        self.seeds_.add(seed)
+        self.states_[name] = torch.Generator().manual_seed(seed).get_state()
+
+    @contextlib.contextmanager
+    def fork(self, name: str = "model-parallel-rng") -> Iterator[None]:
+        if name not in self.states_:
+            raise KeyError(f"RNG state {name!r} is not tracked; tracked: {sorted(self.states_)}")
+        default_state = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(default_state)
+
+
+def rng_seeds(seed: int, tp_rank: int, ep_rank: int = 0, etp_rank: int = 0) -> dict[str, int]:
+    """The named seeds megatron-core's ``model_parallel_cuda_manual_seed`` tracks: the data-parallel stream gets
+    ``seed``; the tensor-parallel one differs per tensor-parallel rank; the expert one per expert rank."""
+    return {
+        "data-parallel-rng": seed,
+        "model-parallel-rng": seed + 2718 + tp_rank,
+        "expert-parallel-rng": seed + 1024 + 100 * ep_rank + etp_rank,
+    }
+
+
+def install_rng_tracker(seed: int) -> None:
+    """Seed this rank's RNG streams as megatron-core does (after ``initialize_model_parallel``): on CUDA with its own
+    ``model_parallel_cuda_manual_seed``; on CPU a :class:`CPURNGStatesTracker` becomes the tracker every
+    ``get_cuda_rng_tracker()`` returns (modules import that getter by name, and it reads one module global)."""
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.tensor_parallel import random as mp_random
+
+    if torch.cuda.is_available():
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+        return
+    tracker = CPURNGStatesTracker()
+    seeds = rng_seeds(
+        seed,
+        parallel_state.get_tensor_model_parallel_rank(),
+        parallel_state.get_expert_model_parallel_rank(),
+        parallel_state.get_expert_tensor_parallel_rank(),
+    )
+    for name, value in seeds.items():
+        tracker.add(name, value)
+    torch.manual_seed(seed)
+    mp_random._CUDA_RNG_STATE_TRACKER = tracker
+    mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True

@@ -1,0 +1,370 @@
+"""The Megatron engine (``strategy=megatron``): a policy as a tensor- and pipeline-parallel megatron-core ``GPTModel``.
+
+Data: the role workers dispatch per rank (DP_COMPUTE_PROTO, one chunk per worker). The ranks that hold one copy of the
+model (its tensor x pipeline group, "model-parallel group") must work on the same rows, so the engine all-gathers the
+chunks of that group first and hands each rank its own rows' results back afterwards, as the FSDP engine does for a
+Ulysses group. Every tensor-parallel rank ends with the full (gathered) logits; only the last pipeline stage has
+them, and it broadcasts the results to the other stages.
+
+Gradients: tensor parallelism is megatron-core's own (its layers reduce across the group in forward and backward);
+across data-parallel replicas the engine averages the gradients with one all-reduce per update, and with tied
+embeddings over pipeline stages it sums the two copies' gradients (first and last stage). Clipping uses the global
+norm over all shards, each tensor-parallel duplicate counted once. The optimizer is torch's AdamW on this rank's
+shards, as the FSDP engine's (same schedule, same settings).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import verl.utils.torch_functional as verl_F
+from verl.protocol import DataProto, all_gather_data_proto
+from verl.utils.device import is_accelerator_available
+from verl.workers.engine.base import LossFn, TrainingEngine
+from verl.workers.engine.micro_batches import make_micro_batches, restore_order, to_device
+from verl.workers.engine.pretrained import PretrainedFiles
+from verl.workers.engine.registry import register_engine
+from verl.workers.sharding_manager.base import BaseShardingManager
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MegatronEngine"]
+
+_FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
+
+
+def _pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:
+    missing = response_length - values.shape[-1]
+    return values if missing == 0 else nn.functional.pad(values, (0, missing))
+
+
+@register_engine("megatron")
+class MegatronEngine(TrainingEngine):
+    """A policy under megatron-core tensor and pipeline parallelism, with its optimizer when trained."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        hf_config,
+        optimizer: torch.optim.Optimizer | None = None,
+        lr_scheduler=None,
+        *,
+        kind: str = "policy",
+        grad_clip: float | None = None,
+        checkpoint_config=None,
+        processing_class=None,
+    ):
+        from megatron.core import parallel_state
+
+        from verl.workers.engine.megatron.pipeline import StageRunner
+
+        if kind != "policy":
+            raise ValueError(f"kind={kind!r}: the Megatron engine builds policies only so far (actor, rollout, ref)")
+        self.kind = kind
+        self._module = model
+        self.hf_config = hf_config
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.grad_clip = grad_clip
+        self.checkpoint_config = checkpoint_config
+        self.processing_class = processing_class
+        self.dtype = model.config.params_dtype
+        self.stages = StageRunner(model, hf_config.hidden_size, self.dtype)
+        self.mp_group = parallel_state.get_model_parallel_group()
+        self.mp_size = dist.get_world_size(self.mp_group)
+        self.pp_size = parallel_state.get_pipeline_model_parallel_world_size()
+        self.pp_group = parallel_state.get_pipeline_model_parallel_group()
+        self.dp_group = parallel_state.get_data_parallel_group()
+        self.dp_size = dist.get_world_size(self.dp_group)
+        self.device = torch.device("cpu")
+        self._hf_rollout = None
+        self._checkpoint_manager = None
+
+    # ------------------------------------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, role: str, config, files: PretrainedFiles) -> MegatronEngine:
+        from megatron.core import parallel_state
+
+        from verl.workers.engine.fsdp.setup import build_optimizer
+        from verl.workers.engine.megatron.model import build_gpt_model, transformer_config
+        from verl.workers.engine.megatron.parallel import init_model_parallel
+        from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
+        from verl.workers.engine.megatron.weights import load_hf_weights
+
+        if role not in ("actor", "rollout", "ref"):
+            raise ValueError(f"role={role!r}: the Megatron engine builds actor, rollout and ref models so far")
+        section = config.ref if role == "ref" else config.actor
+        key = f"actor_rollout_ref.{'ref' if role == 'ref' else 'actor'}.megatron"
+        settings = megatron_settings(section)
+        trainable = role == "actor"
+        check_megatron_settings(settings, key, dist.get_world_size(), trainable)
+        init_model_parallel(settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size, settings.seed)
+        # fp32 masters for training and on CPU (bf16 is emulated there); bf16 for frozen models on accelerators
+        dtype = torch.float32 if trainable or not is_accelerator_available() else torch.bfloat16
+        overrides = dict(settings.override_transformer_config or {})
+        tf_config = transformer_config(
+            files.hf_config,
+            tp_size=settings.tensor_model_parallel_size,
+            pp_size=settings.pipeline_model_parallel_size,
+            dtype=dtype,
+            **overrides,
+        )
+        model = build_gpt_model(
+            files.hf_config,
+            tf_config,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+        )
+        if getattr(section, "load_weight", True):
+            load_hf_weights(model, files.hf_config, files.local_path)
+        optimizer = lr_scheduler = None
+        if trainable:
+            optimizer, lr_scheduler = build_optimizer(model, config.actor.optim)
+        else:
+            model.requires_grad_(False)
+        return cls(
+            model,
+            files.hf_config,
+            optimizer,
+            lr_scheduler,
+            grad_clip=config.actor.grad_clip if trainable else None,
+            checkpoint_config=config.actor.checkpoint if trainable else None,
+            processing_class=files.processor or files.tokenizer,
+        )
+
+    @property
+    def trainable(self) -> bool:
+        return self.optimizer is not None
+
+    @property
+    def module(self) -> nn.Module:
+        return self._module
+
+    # ------------------------------------------------------------------------------------------------ forwards
+    def _stage_forward(self, micro_batch: dict, temperature: float, calculate_entropy: bool, entropy_grad: bool):
+        """Run this stage on ``micro_batch``; on the last stage return ``(log_probs, entropy)`` of the responses."""
+        from verl.workers.engine.fsdp.hf_forward import trim_padding_columns
+        from verl.workers.engine.megatron.cpu_shims import cpu_current_device
+        from verl.workers.engine.megatron.model import causal_padding_mask
+
+        responses = micro_batch["responses"]
+        response_length = responses.size(-1)
+        input_ids, attention_mask, position_ids, kept = trim_padding_columns(
+            micro_batch["input_ids"], micro_batch["attention_mask"], micro_batch["position_ids"], response_length
+        )
+        mask = causal_padding_mask(attention_mask)
+
+        def run_stage():
+            with cpu_current_device():
+                return self._module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
+
+        output = self.stages.forward(run_stage, input_ids.shape[0], input_ids.shape[1], torch.is_grad_enabled())
+        if output is None:
+            return None
+        logits = output[..., : self.hf_config.vocab_size] / temperature
+        logits = logits[:, -kept - 1 : -1]
+        labels = responses[:, :kept]
+        entropy = None
+        if not calculate_entropy:
+            log_probs = verl_F.logprobs_from_logits(logits, labels)
+        elif not (entropy_grad and torch.is_grad_enabled()):
+            log_probs, entropy = verl_F.logprobs_and_entropy_from_logits(logits, labels)
+        else:
+            log_probs, entropy = verl_F.logprobs_from_logits(logits, labels), verl_F.entropy_from_logits(logits)
+        log_probs = _pad_responses(log_probs, response_length)
+        if entropy is not None:
+            entropy = _pad_responses(entropy, response_length)
+        return log_probs, entropy
+
+    # ------------------------------------------------------------------------------------------ data movement
+    def _gather_model_parallel(self, data: DataProto) -> DataProto:
+        """The rows of every rank of this model-parallel group (rank order): the batch this copy of the model runs."""
+        if self.mp_size == 1:
+            return data
+        data = DataProto(batch=data.batch, non_tensor_batch=dict(data.non_tensor_batch), meta_info=data.meta_info)
+        all_gather_data_proto(data, self.mp_group)
+        return data
+
+    def _own_rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of a result computed for its whole model-parallel group."""
+        if self.mp_size == 1:
+            return tensor
+        return tensor.chunk(self.mp_size)[dist.get_rank(self.mp_group)]
+
+    def _from_last_stage(self, outputs: dict[str, torch.Tensor] | None, shapes: dict[str, tuple]) -> dict:
+        """The last pipeline stage's ``outputs`` on every stage (broadcast over the pipeline group)."""
+        if self.pp_size == 1:
+            return outputs
+        src = dist.get_process_group_ranks(self.pp_group)[-1]
+        result = {}
+        for key, shape in shapes.items():
+            tensor = outputs[key].contiguous() if self.stages.is_last else torch.empty(shape, dtype=torch.float32)
+            dist.broadcast(tensor, src=src, group=self.pp_group)
+            result[key] = tensor
+        return result
+
+    # ------------------------------------------------------------------------------------------ the interface
+    def infer(self, data: DataProto) -> dict[str, torch.Tensor]:
+        meta = data.meta_info
+        data = self._gather_model_parallel(data)
+        use_dynamic_bsz = meta.get("use_dynamic_bsz", False)
+        micro_batches, partitions = make_micro_batches(
+            data, _FORWARD_KEYS, meta.get("micro_batch_size"), use_dynamic_bsz, meta.get("max_token_len")
+        )
+        calculate_entropy = meta.get("calculate_entropy", False)
+        self._module.eval()
+        log_probs, entropys = [], []
+        with torch.no_grad():
+            for micro_batch in micro_batches:
+                micro_batch = to_device(micro_batch, self.device)
+                out = self._stage_forward(micro_batch, meta["temperature"], calculate_entropy, False)
+                if out is not None:
+                    log_probs.append(out[0].float())
+                    if calculate_entropy:
+                        entropys.append(out[1].float())
+        shape = tuple(data.batch["responses"].shape)
+        outputs = None
+        if self.stages.is_last:
+            outputs = {"log_probs": restore_order(torch.cat(log_probs), partitions)}
+            if calculate_entropy:
+                outputs["entropys"] = restore_order(torch.cat(entropys), partitions)
+        keys = ["log_probs"] + (["entropys"] if calculate_entropy else [])
+        outputs = self._from_last_stage(outputs, dict.fromkeys(keys, shape))
+        return {key: self._own_rows(value) for key, value in outputs.items()}
+
+    @contextlib.contextmanager
+    def training(self, data: DataProto) -> Iterator[DataProto]:
+        self._module.train()
+        yield self._gather_model_parallel(data)
+
+    def micro_batches(
+        self, data: DataProto, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None
+    ) -> list[dict]:
+        micro_batches, _ = make_micro_batches(
+            data, list(data.batch.keys()), micro_batch_size, use_dynamic_bsz, max_token_len
+        )
+        return micro_batches
+
+    def forward_backward(self, micro_batch: dict, loss_fn: LossFn, **forward_kwargs) -> dict[str, float]:
+        from verl.workers.engine.megatron.cpu_shims import cpu_current_device
+
+        micro_batch = to_device(micro_batch, self.device)
+        temperature = forward_kwargs.get("temperature", 1.0)
+        calculate_entropy = forward_kwargs.get("calculate_entropy", False)
+        entropy_grad = forward_kwargs.get("entropy_grad", True)
+        out = self._stage_forward(micro_batch, temperature, calculate_entropy, entropy_grad)
+        loss, metrics = None, None
+        if out is not None:
+            log_probs, entropy = out
+            loss, metrics = loss_fn({"log_probs": log_probs, "entropy": entropy}, micro_batch)
+        with cpu_current_device():
+            self.stages.backward(loss)
+        if self.pp_size > 1:  # the loss's metrics exist on the last stage: every rank reports them
+            box = [metrics]
+            dist.broadcast_object_list(box, src=dist.get_process_group_ranks(self.pp_group)[-1], group=self.pp_group)
+            metrics = box[0]
+        return metrics
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad()
+
+    def _reduce_gradients(self) -> None:
+        """Average the gradients over data-parallel replicas; sum the tied embedding's two copies' gradients."""
+        from megatron.core import parallel_state
+
+        params = [p for p in self._module.parameters() if p.requires_grad and p.grad is not None]
+        if self.dp_size > 1 and params:
+            flat = torch._utils._flatten_dense_tensors([p.grad for p in params])
+            dist.all_reduce(flat, group=self.dp_group)
+            flat /= self.dp_size
+            for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, [p.grad for p in params])):
+                p.grad.copy_(g)
+        if self.pp_size > 1 and self.hf_config.tie_word_embeddings and parallel_state.is_rank_in_embedding_group():
+            model = self._module
+            weight = model.embedding.word_embeddings.weight if model.pre_process else model.output_layer.weight
+            if weight.grad is None:
+                weight.grad = torch.zeros_like(weight)
+            dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
+
+    def _grad_norm(self) -> torch.Tensor:
+        """The global gradient norm: every shard once (tensor-parallel duplicates on tp rank 0 only, the last stage's
+        copy of a tied embedding not at all), summed over the model-parallel group."""
+        from megatron.core import parallel_state
+
+        tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        squares = torch.zeros((), dtype=torch.float32)
+        for p in self._module.parameters():
+            if p.grad is None or getattr(p, "shared", False):
+                continue
+            if getattr(p, "tensor_model_parallel", False) or tp_rank == 0:
+                squares += p.grad.detach().float().pow(2).sum()
+        if self.mp_size > 1:
+            dist.all_reduce(squares, group=self.mp_group)
+        return squares.sqrt()
+
+    def optimizer_step(self) -> torch.Tensor:
+        if self.grad_clip is None:
+            raise ValueError("grad_clip is None: set actor.grad_clip (verl's default is 1.0)")
+        self._reduce_gradients()
+        grad_norm = self._grad_norm()
+        if not torch.isfinite(grad_norm):
+            logger.warning("grad_norm is not finite (%s): skipping this optimizer step", grad_norm.item())
+            self.optimizer.zero_grad()
+            return grad_norm
+        coefficient = self.grad_clip / (grad_norm + 1e-6)
+        if coefficient < 1:
+            for p in self._module.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(coefficient)
+        self.optimizer.step()
+        return grad_norm
+
+    def lr(self) -> float:
+        return self.lr_scheduler.get_last_lr()[0]
+
+    def lr_scheduler_step(self) -> None:
+        self.lr_scheduler.step()
+
+    def resident(self, with_optimizer: bool = False):
+        return contextlib.nullcontext()  # offloading is refused by check_megatron_settings
+
+    # ------------------------------------------------------------------------------------------ weight hand-off
+    def hf_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """The current weights as full HF-named tensors, layer by layer (collective: every rank iterates to the end;
+        see :func:`verl.workers.engine.megatron.weights.iter_hf_weights`)."""
+        from verl.workers.engine.megatron.weights import iter_hf_weights
+
+        return iter_hf_weights(self._module, self.hf_config, dtype)
+
+    def hf_rollout_module(self) -> tuple[nn.Module, BaseShardingManager]:
+        from verl.workers.engine.megatron.handoff import HFModelHandoff, empty_hf_model
+
+        if self._hf_rollout is None:
+            model = empty_hf_model(self.hf_config, self.dtype)
+            self._hf_rollout = model, HFModelHandoff(self, model)
+        return self._hf_rollout
+
+    def rollout_weight_handoff(self, rollout, hf_config, rollout_config, device_mesh):
+        from verl.workers.engine.megatron.handoff import vllm_handoff
+
+        return vllm_handoff(self, rollout.inference_engine, device_mesh, rollout_config.free_cache_engine)
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def _checkpointer(self):
+        if self._checkpoint_manager is None:
+            from verl.workers.engine.megatron.checkpoint import MegatronCheckpointManager
+
+            self._checkpoint_manager = MegatronCheckpointManager(self, self.checkpoint_config)
+        return self._checkpoint_manager
+
+    def save_checkpoint(self, local_path: str, hdfs_path=None, global_step: int = 0, max_ckpt_to_keep=None) -> None:
+        self._checkpointer().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
+
+    def load_checkpoint(self, local_path: str, hdfs_path=None, del_local_after_load: bool = False) -> None:
+        self._checkpointer().load_checkpoint(local_path, hdfs_path, del_local_after_load)

@@ -1,0 +1,210 @@
+"""A Hugging Face decoder's config as a megatron-core ``GPTModel`` (local layer spec), and its forward on padded
+batches.
+
+Families: Qwen2 / Qwen2.5 (biases on q, k, v) and Llama (Llama 3.1's rope scaling): grouped-query attention, SwiGLU,
+RMSNorm, rotary embeddings with the HF config's theta and scaling, tied or separate input and output embeddings. The
+vocabulary is padded up to a multiple of the tensor-parallel size (megatron-core splits it evenly); the padded
+columns are cut from the logits, so they never enter a softmax.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "build_gpt_model",
+    "causal_padding_mask",
+    "check_supported",
+    "gpt_logits",
+    "hf_inv_freq",
+    "padded_vocab_size",
+    "transformer_config",
+]
+
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
+
+
+def _rope_parameters(hf_config) -> dict:
+    """``{"rope_type", "rope_theta", ...}`` from either transformers layout (``rope_parameters`` in 5.x,
+    ``rope_theta`` + ``rope_scaling`` before)."""
+    params = getattr(hf_config, "rope_parameters", None)
+    if params:
+        return dict(params)
+    params = dict(getattr(hf_config, "rope_scaling", None) or {})
+    params.setdefault("rope_type", params.get("type", "default"))
+    params["rope_theta"] = getattr(hf_config, "rope_theta", 10000.0)
+    return params
+
+
+def check_supported(hf_config) -> None:
+    """Raise ValueError naming what megatron-core here cannot build the same model for."""
+    model_type = hf_config.model_type
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"strategy=megatron builds {', '.join(SUPPORTED_MODEL_TYPES)} models; this model's model_type is "
+            f"{model_type!r}: use strategy=fsdp2 for it"
+        )
+    rope_type = _rope_parameters(hf_config)["rope_type"]
+    if rope_type not in ("default", "linear", "llama3"):
+        raise ValueError(
+            f"strategy=megatron: rope_type={rope_type!r} changes more than the rotary frequencies (attention scaling "
+            "or sequence-length dependence); supported: default, linear, llama3. Use strategy=fsdp2 for this model"
+        )
+    if getattr(hf_config, "sliding_window", None) and getattr(hf_config, "use_sliding_window", False):
+        raise ValueError("strategy=megatron: sliding-window attention is not built here; use strategy=fsdp2")
+
+
+def hf_inv_freq(hf_config) -> torch.Tensor:
+    """The rotary inverse frequencies ``(head_dim // 2,)`` as transformers computes them for this config (theta and
+    scaling), in float32."""
+    params = _rope_parameters(hf_config)
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    if params["rope_type"] == "default":
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+        return 1.0 / (params["rope_theta"] ** exponents)
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    inv_freq, attention_scaling = ROPE_INIT_FUNCTIONS[params["rope_type"]](hf_config, "cpu")
+    if attention_scaling != 1.0:
+        raise ValueError(f"rope_type={params['rope_type']!r} scales attention by {attention_scaling}: not supported")
+    return inv_freq.float()
+
+
+def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
+    """The vocabulary rounded up to a multiple of the tensor-parallel size."""
+    return -(-vocab_size // tp_size) * tp_size
+
+
+def transformer_config(hf_config, tp_size: int = 1, pp_size: int = 1, dtype: torch.dtype = torch.float32, **overrides):
+    """The megatron-core ``TransformerConfig`` of ``hf_config``'s decoder: no fusions (none runs on CPU, and the
+    unfused forms compute what HF computes), no dropout, weights left for the converter to load.
+
+    ``overrides``: ``override_transformer_config`` entries, applied last.
+    """
+    from megatron.core.transformer import TransformerConfig
+
+    check_supported(hf_config)
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    qkv_bias = hf_config.model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False))
+    kwargs = dict(
+        num_layers=hf_config.num_hidden_layers,
+        hidden_size=hf_config.hidden_size,
+        num_attention_heads=hf_config.num_attention_heads,
+        num_query_groups=hf_config.num_key_value_heads,
+        kv_channels=head_dim,
+        ffn_hidden_size=hf_config.intermediate_size,
+        normalization="RMSNorm",
+        layernorm_epsilon=hf_config.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=bool(getattr(hf_config, "mlp_bias", False)),
+        add_qkv_bias=qkv_bias,
+        hidden_dropout=0.0,
+        attention_dropout=float(getattr(hf_config, "attention_dropout", 0.0) or 0.0),
+        tensor_model_parallel_size=tp_size,
+        pipeline_model_parallel_size=pp_size,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu_initialization=True,
+        perform_initialization=False,
+        sequence_parallel=False,
+        persist_layer_norm=False,
+        masked_softmax_fusion=False,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        attention_softmax_in_fp32=True,
+    )
+    kwargs.update(overrides)
+    return TransformerConfig(**kwargs)
+
+
+def build_gpt_model(hf_config, config, pre_process: bool = True, post_process: bool = True):
+    """A ``GPTModel`` (local layer spec) of ``hf_config`` under ``config`` (:func:`transformer_config`) for this
+    rank's pipeline stage; full (gathered) logits over the real vocabulary come from :func:`gpt_logits`."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    from verl.workers.engine.megatron.cpu_shims import cpu_current_device
+
+    params = _rope_parameters(hf_config)
+    with cpu_current_device():
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+            vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
+            max_sequence_length=hf_config.max_position_embeddings,
+            pre_process=pre_process,
+            post_process=post_process,
+            parallel_output=False,
+            share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings),
+            position_embedding_type="rope",
+            rotary_base=params["rope_theta"],
+        )
+    # theta and any scaling exactly as transformers computes them (megatron-core's llama3 scaling is fixed-constant)
+    model.rotary_pos_emb.inv_freq = hf_inv_freq(hf_config).to(model.rotary_pos_emb.inv_freq.device)
+    model.hf_vocab_size = hf_config.vocab_size
+    _mark_tensor_parallel(model)
+    if pre_process:
+        _freeze_padding_row(model.embedding.word_embeddings, getattr(hf_config, "pad_token_id", None))
+    return model
+
+
+def _mark_tensor_parallel(model) -> None:
+    """Tag each tensor-parallel shard with megatron-core's ``tensor_model_parallel`` attributes: megatron-core sets
+    them only when it initialises the weights itself (``perform_initialization``), and the gradient norm must count
+    the shards of every rank but a replicated tensor (a norm, a row-parallel bias) once."""
+    from megatron.core.tensor_parallel.layers import (
+        ColumnParallelLinear,
+        RowParallelLinear,
+        VocabParallelEmbedding,
+        set_tensor_model_parallel_attributes,
+    )
+
+    for module in model.modules():
+        if isinstance(module, ColumnParallelLinear | VocabParallelEmbedding):
+            sharded = [(module.weight, 0), (getattr(module, "bias", None), 0)]
+        elif isinstance(module, RowParallelLinear):
+            sharded = [(module.weight, 1)]
+        else:
+            continue
+        for param, dim in sharded:
+            if param is not None and not getattr(param, "tensor_model_parallel", False):
+                set_tensor_model_parallel_attributes(param, is_parallel=True, dim=dim, stride=1)
+
+
+def _freeze_padding_row(embedding, pad_token_id: int | None) -> None:
+    """HF builds Qwen2's and Llama's input embedding with ``padding_idx=pad_token_id``: that row never receives a
+    gradient. Do the same to this rank's vocabulary shard, so training updates what transformers' would."""
+    if pad_token_id is None or not embedding.vocab_start_index <= pad_token_id < embedding.vocab_end_index:
+        return
+    row = pad_token_id - embedding.vocab_start_index
+    embedding.weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([row], device=grad.device), 0.0))
+
+
+def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """megatron-core's boolean attention mask ``(b, 1, s, s)`` (True = not attended) from a padding mask
+    ``(b, s)``: causal, and no attention to padding keys."""
+    seqlen = attention_mask.shape[-1]
+    causal = torch.ones(seqlen, seqlen, dtype=torch.bool, device=attention_mask.device).tril()
+    allowed = causal.unsqueeze(0) & attention_mask.bool().unsqueeze(1)
+    return ~allowed.unsqueeze(1)
+
+
+def gpt_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor):
+    """Logits ``(b, s, vocab)`` over the HF vocabulary (padding columns cut) of a single-stage ``GPTModel``.
+
+    Rotary positions are the column index: for left-padded rows they differ from ``position_ids`` by a constant per
+    row, which rotary attention does not see (it depends on position differences only).
+    """
+    from verl.workers.engine.megatron.cpu_shims import cpu_current_device
+
+    with cpu_current_device():
+        mask = causal_padding_mask(attention_mask)
+        logits = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
+    return logits[..., : model.hf_vocab_size]

@@ -1,0 +1,65 @@
+"""A role's ``megatron`` block (``ppo_megatron_trainer.yaml``) and what of it the Megatron engine honours.
+
+Light (no megatron-core import): the driver's config check runs :func:`check_megatron_settings` before Ray starts, and
+the engine runs it again when it builds.
+"""
+
+from __future__ import annotations
+
+from verl.trainer.config import MegatronConfig
+from verl.utils.config import omega_conf_to_dataclass
+
+__all__ = ["check_megatron_settings", "megatron_settings"]
+
+
+def megatron_settings(section) -> MegatronConfig:
+    """A role section's ``megatron`` block as a typed :class:`MegatronConfig` (defaults where absent)."""
+    block = getattr(section, "megatron", None)
+    if block is None and hasattr(section, "extra"):
+        block = section.extra.get("megatron")
+    if block is None:
+        return MegatronConfig()
+    if isinstance(block, MegatronConfig):
+        return block
+    return omega_conf_to_dataclass(block, MegatronConfig)
+
+
+def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int, trainable: bool = True) -> None:
+    """Raise ValueError for a ``megatron`` setting this engine cannot honour, naming ``key.<setting>`` and what to
+    set instead (the driver's config check runs the same function before Ray starts). A frozen model
+    (``trainable=False``: reference) has no optimizer, so its optimizer settings do not matter."""
+    tp, pp = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
+    problems = []
+    if tp < 1 or pp < 1 or world_size % (tp * pp) != 0:
+        problems.append(
+            f"{key}.tensor_model_parallel_size={tp} x pipeline_model_parallel_size={pp} must divide the number of "
+            f"workers ({world_size})"
+        )
+    if settings.context_parallel_size != 1:
+        problems.append(f"{key}.context_parallel_size={settings.context_parallel_size}: not built here; set it to 1")
+    if settings.virtual_pipeline_model_parallel_size not in (None, 1):
+        problems.append(
+            f"{key}.virtual_pipeline_model_parallel_size={settings.virtual_pipeline_model_parallel_size}: interleaved "
+            "pipeline stages are not built here; set it to null"
+        )
+    if settings.expert_model_parallel_size != 1 or settings.expert_tensor_parallel_size not in (None, 1):
+        problems.append(f"{key}.expert_model_parallel_size / expert_tensor_parallel_size: no MoE here; use 1 / null")
+    if settings.sequence_parallel and tp > 1:
+        problems.append(
+            f"{key}.sequence_parallel=True with tensor_model_parallel_size={tp}: megatron-core's local layer spec "
+            "(torch norms, no TransformerEngine) cannot split sequences, and gloo has no reduce-scatter; set "
+            f"{key}.sequence_parallel=False"
+        )
+    dp = world_size // max(tp * pp, 1)
+    if trainable and settings.use_distributed_optimizer and dp > 1:
+        problems.append(
+            f"{key}.use_distributed_optimizer=True with {dp} data-parallel replicas: this engine keeps a full "
+            "optimizer per replica (sharding its state needs reduce-scatter, which gloo lacks); set "
+            f"{key}.use_distributed_optimizer=False"
+        )
+    offloads = ("param_offload", "grad_offload", "optimizer_offload") if trainable else ("param_offload",)
+    for name in (*offloads, "use_dist_checkpointing"):
+        if getattr(settings, name):
+            problems.append(f"{key}.{name}=True is not implemented by the Megatron engine yet; set it to False")
+    if problems:
+        raise ValueError("; ".join(problems))

@@ -1,0 +1,317 @@
+"""Weights between a Hugging Face folder (Qwen2 / Llama names) and a tensor- and pipeline-parallel ``GPTModel``.
+
+In: :func:`load_hf_weights` reads, for this rank's pipeline stage, each HF tensor it needs from the folder's
+safetensors files (one tensor at a time) and copies this rank's tensor-parallel slice into the module.
+
+Out: :func:`iter_hf_weights` yields ``(hf_name, full_tensor)`` layer by layer on every rank: the tensor-parallel
+shards of one layer are all-gathered, the owning pipeline stage broadcasts them to the others, and the next layer is
+gathered only when the consumer asks for it, so the hand-off to a rollout never holds a second full copy of the
+model (about one layer's tensors at a time).
+
+Layouts (``g`` query groups = KV heads, ``q = heads // g`` query heads per group, head size ``d``): Megatron's fused
+``linear_qkv`` rows are, per query group, its ``q`` query heads, then its key head, then its value head; a
+tensor-parallel rank holds ``g / tp`` whole groups. ``linear_fc1`` stacks this rank's slice of ``gate_proj`` on its
+slice of ``up_proj``. ``linear_proj`` and ``linear_fc2`` are split along their input dimension, the embedding and the
+output layer along the (padded) vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "HFCheckpointReader",
+    "hf_layer_names",
+    "iter_hf_weights",
+    "load_hf_weights",
+    "merge_stage_shards",
+    "qkv_to_megatron",
+]
+
+
+class HFCheckpointReader:
+    """Tensors of an HF model folder by name, read one at a time from its safetensors shards (or a
+    ``pytorch_model.bin``, loaded whole)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        index = os.path.join(folder, "model.safetensors.index.json")
+        single = os.path.join(folder, "model.safetensors")
+        self._state = None
+        if os.path.isfile(index):
+            with open(index) as f:
+                self._files = {k: os.path.join(folder, v) for k, v in json.load(f)["weight_map"].items()}
+        elif os.path.isfile(single):
+            from safetensors import safe_open
+
+            with safe_open(single, "pt") as f:
+                self._files = dict.fromkeys(f.keys(), single)
+        else:
+            binary = os.path.join(folder, "pytorch_model.bin")
+            if not os.path.isfile(binary):
+                raise FileNotFoundError(f"no model.safetensors(.index.json) or pytorch_model.bin in {folder}")
+            self._state = torch.load(binary, map_location="cpu", weights_only=True)
+            self._files = dict.fromkeys(self._state, binary)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._files
+
+    def get(self, name: str) -> torch.Tensor:
+        if self._state is not None:
+            return self._state[name]
+        from safetensors import safe_open
+
+        with safe_open(self._files[name], "pt") as f:
+            return f.get_tensor(name)
+
+
+def _dims(hf_config) -> tuple[int, int, int]:
+    heads, groups = hf_config.num_attention_heads, hf_config.num_key_value_heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
+    return heads, groups, head_dim
+
+
+def qkv_to_megatron(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int) -> torch.Tensor:
+    """HF's separate q, k, v projections (weights ``(heads*d, hidden)`` / ``(groups*d, hidden)`` or biases) as
+    Megatron's fused ``linear_qkv``: per query group its query heads, key head, value head."""
+    q = q.reshape(groups, -1, *q.shape[1:])
+    k = k.reshape(groups, -1, *k.shape[1:])
+    v = v.reshape(groups, -1, *v.shape[1:])
+    return torch.cat([q, k, v], dim=1).reshape(-1, *q.shape[2:])
+
+
+def qkv_to_hf(qkv: torch.Tensor, hf_config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`qkv_to_megatron` for the full (gathered) fused tensor."""
+    heads, groups, head_dim = _dims(hf_config)
+    per_group = heads // groups
+    grouped = qkv.reshape(groups, (per_group + 2) * head_dim, *qkv.shape[1:])
+    q, k, v = grouped.split([per_group * head_dim, head_dim, head_dim], dim=1)
+    return (q.reshape(-1, *qkv.shape[1:]), k.reshape(-1, *qkv.shape[1:]), v.reshape(-1, *qkv.shape[1:]))
+
+
+def _pad_vocab(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    missing = rows - weight.shape[0]
+    return weight if missing == 0 else torch.cat([weight, weight.new_zeros(missing, *weight.shape[1:])])
+
+
+def hf_layer_names(layer: int, qkv_bias: bool) -> list[str]:
+    """HF names of decoder layer ``layer``'s tensors, in the order :func:`iter_hf_weights` yields them."""
+    p = f"model.layers.{layer}."
+    names = [p + "input_layernorm.weight"] + [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
+    if qkv_bias:
+        names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
+    names += [p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight"]
+    return names + [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
+
+
+def _tp():
+    from megatron.core import parallel_state
+
+    return parallel_state.get_tensor_model_parallel_world_size(), parallel_state.get_tensor_model_parallel_rank()
+
+
+@torch.no_grad()
+def load_hf_weights(model, hf_config, folder_or_reader) -> None:
+    """Copy the HF folder's weights into ``model`` (this rank's pipeline stage and tensor-parallel slice).
+
+    ``folder_or_reader``: an HF model folder, or any object with ``get(name) -> tensor`` (a state dict's
+    ``__getitem__`` wrapped, for tests).
+    """
+    reader = HFCheckpointReader(folder_or_reader) if isinstance(folder_or_reader, str) else folder_or_reader
+    tp, rank = _tp()
+    _, groups, _ = _dims(hf_config)
+
+    def shard(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+        return tensor.chunk(tp, dim=dim)[rank]
+
+    def put(param: torch.Tensor, value: torch.Tensor) -> None:
+        if param.shape != value.shape:
+            raise ValueError(f"shape {tuple(value.shape)} does not fit the Megatron parameter {tuple(param.shape)}")
+        param.copy_(value.to(param.dtype))
+
+    vocab_rows = None
+    if model.pre_process:
+        emb = model.embedding.word_embeddings.weight
+        vocab_rows = emb.shape[0] * tp
+        put(emb, shard(_pad_vocab(reader.get("model.embed_tokens.weight"), vocab_rows), 0))
+    for layer in model.decoder.layers:
+        i = layer.layer_number - 1
+        p = f"model.layers.{i}."
+        attn, mlp = layer.self_attention, layer.mlp
+        put(layer.input_layernorm.weight, reader.get(p + "input_layernorm.weight"))
+        qkv = [reader.get(p + f"self_attn.{x}_proj.weight") for x in "qkv"]
+        put(attn.linear_qkv.weight, shard(qkv_to_megatron(*qkv, groups), 0))
+        if attn.linear_qkv.bias is not None:
+            biases = [reader.get(p + f"self_attn.{x}_proj.bias") for x in "qkv"]
+            put(attn.linear_qkv.bias, shard(qkv_to_megatron(*biases, groups), 0))
+        put(attn.linear_proj.weight, shard(reader.get(p + "self_attn.o_proj.weight"), 1))
+        put(layer.pre_mlp_layernorm.weight, reader.get(p + "post_attention_layernorm.weight"))
+        gate, up = reader.get(p + "mlp.gate_proj.weight"), reader.get(p + "mlp.up_proj.weight")
+        put(mlp.linear_fc1.weight, torch.cat([shard(gate, 0), shard(up, 0)]))
+        put(mlp.linear_fc2.weight, shard(reader.get(p + "mlp.down_proj.weight"), 1))
+    if model.post_process:
+        put(model.decoder.final_layernorm.weight, reader.get("model.norm.weight"))
+        if not model.share_embeddings_and_output_weights:
+            out = model.output_layer.weight
+            put(out, shard(_pad_vocab(reader.get("lm_head.weight"), out.shape[0] * tp), 0))
+        elif not model.pre_process:  # tied, last stage only: its copy of the embedding
+            out = model.output_layer.weight
+            put(out, shard(_pad_vocab(reader.get("model.embed_tokens.weight"), out.shape[0] * tp), 0))
+
+
+def _gather_tp(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    tp, _ = _tp()
+    if tp == 1:
+        return tensor.detach().clone()
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    if dim == 0:  # gathered straight into the full tensor's row blocks: no second copy for a concatenation
+        full = tensor.new_empty(tensor.shape[0] * tp, *tensor.shape[1:])
+        dist.all_gather(list(full.chunk(tp, dim=0)), tensor.detach().contiguous(), group=group)
+        return full
+    parts = [torch.empty_like(tensor) for _ in range(tp)]
+    dist.all_gather(parts, tensor.detach().contiguous(), group=group)
+    return torch.cat(parts, dim=dim)
+
+
+def _layer_tensors(layer, hf_config) -> list[torch.Tensor]:
+    """One decoder layer's full tensors in :func:`hf_layer_names` order (collective over the tensor-parallel group)."""
+    attn, mlp = layer.self_attention, layer.mlp
+    tp, _ = _tp()
+    tensors = [layer.input_layernorm.weight.detach().clone()]
+    tensors += qkv_to_hf(_gather_tp(attn.linear_qkv.weight, 0), hf_config)
+    if attn.linear_qkv.bias is not None:
+        tensors += qkv_to_hf(_gather_tp(attn.linear_qkv.bias, 0), hf_config)
+    tensors += [_gather_tp(attn.linear_proj.weight, 1), layer.pre_mlp_layernorm.weight.detach().clone()]
+    fc1 = _gather_tp(mlp.linear_fc1.weight, 0)  # tp blocks of [gate_r; up_r]
+    gate_up = [block.chunk(2, dim=0) for block in fc1.chunk(tp, dim=0)]
+    tensors += [torch.cat([g for g, _ in gate_up]), torch.cat([u for _, u in gate_up])]
+    return tensors + [_gather_tp(mlp.linear_fc2.weight, 1)]
+
+
+def _layer_shapes(hf_config, qkv_bias: bool) -> list[tuple[int, ...]]:
+    heads, groups, head_dim = _dims(hf_config)
+    hidden, inter = hf_config.hidden_size, hf_config.intermediate_size
+    shapes = [(hidden,), (heads * head_dim, hidden), (groups * head_dim, hidden), (groups * head_dim, hidden)]
+    if qkv_bias:
+        shapes += [(heads * head_dim,), (groups * head_dim,), (groups * head_dim,)]
+    return shapes + [(hidden, heads * head_dim), (hidden,), (inter, hidden), (inter, hidden), (hidden, inter)]
+
+
+def _stage_of_layers(model) -> tuple[int, int]:
+    layers = model.decoder.layers
+    first = layers[0].layer_number - 1 if len(layers) else 0
+    return first, len(layers)
+
+
+@torch.no_grad()
+def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(hf_name, full tensor)`` for every weight of the HF model, the same sequence on every rank (collective over
+    the tensor- and pipeline-parallel groups: every rank must run the generator to its end, in step).
+
+    ``dtype``: cast each tensor (e.g. to the rollout's). With tied embeddings ``lm_head.weight`` is not yielded (HF
+    folders omit it; engines tie it themselves).
+    """
+    from megatron.core import parallel_state
+
+    pp = parallel_state.get_pipeline_model_parallel_world_size()
+    pp_group = parallel_state.get_pipeline_model_parallel_group() if pp > 1 else None
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    pp_ranks = dist.get_process_group_ranks(pp_group) if pp > 1 else None
+    qkv_bias = bool(model.config.add_qkv_bias)
+    vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
+    tied = bool(hf_config.tie_word_embeddings)
+    cast: Callable[[torch.Tensor], torch.Tensor] = (lambda t: t) if dtype is None else (lambda t: t.to(dtype))
+
+    # which stage holds which layers: every stage tells the others its (first, count)
+    first, count = _stage_of_layers(model)
+    if pp > 1:
+        spans = [None] * pp
+        dist.all_gather_object(spans, (first, count), group=pp_group)
+    else:
+        spans = [(first, count)]
+
+    def from_stage(owner: int, make: Callable[[], list[torch.Tensor]], shapes: list[tuple[int, ...]]):
+        if pp == 1:
+            return make()
+        if pp_rank == owner:
+            tensors = [t.contiguous() for t in make()]
+        else:
+            param_dtype = model.config.params_dtype
+            tensors = [torch.empty(s, dtype=param_dtype) for s in shapes]
+        for t in tensors:
+            dist.broadcast(t, src=pp_ranks[owner], group=pp_group)
+        return tensors
+
+    def vocab_tensor(module_weight_fn: Callable[[], torch.Tensor]) -> list[torch.Tensor]:
+        return [_gather_tp(module_weight_fn(), 0)[:vocab]]
+
+    (emb,) = from_stage(0, lambda: vocab_tensor(lambda: model.embedding.word_embeddings.weight), [(vocab, hidden)])
+    yield "model.embed_tokens.weight", cast(emb)
+    del emb
+    for stage, (start, n) in enumerate(spans):
+        for j in range(n):
+            names = hf_layer_names(start + j, qkv_bias)
+            shapes = _layer_shapes(hf_config, qkv_bias)
+            tensors = from_stage(stage, lambda j=j: _layer_tensors(model.decoder.layers[j], hf_config), shapes)
+            for name, tensor in zip(names, tensors):
+                yield name, cast(tensor)
+            del tensors
+    last = pp - 1
+    (norm,) = from_stage(last, lambda: [model.decoder.final_layernorm.weight.detach().clone()], [(hidden,)])
+    yield "model.norm.weight", cast(norm)
+    if not tied:
+        (head,) = from_stage(last, lambda: vocab_tensor(lambda: model.output_layer.weight), [(vocab, hidden)])
+        yield "lm_head.weight", cast(head)
+
+
+def merge_stage_shards(shards: list[dict], hf_config, layer_offset: int) -> dict[str, torch.Tensor]:
+    """HF-named full tensors of one pipeline stage from its tensor-parallel ranks' saved state dicts (``shards[r]``:
+    tp rank r's ``GPTModel.state_dict()``), without megatron-core or a process group (the model merger's path).
+    ``layer_offset``: the stage's first decoder layer. A tied model's output layer (a copy of the embedding on the
+    last stage) is left out, as HF folders leave out ``lm_head.weight``."""
+    vocab = hf_config.vocab_size
+    tied = bool(hf_config.tie_word_embeddings)
+    merged: dict[str, torch.Tensor] = {}
+    for key, first in shards[0].items():
+        if not torch.is_tensor(first) or key.endswith("_extra_state"):
+            continue
+        parts = [shard[key] for shard in shards]
+        if key == "embedding.word_embeddings.weight":
+            merged["model.embed_tokens.weight"] = torch.cat(parts)[:vocab]
+        elif key == "output_layer.weight":
+            if not tied:
+                merged["lm_head.weight"] = torch.cat(parts)[:vocab]
+        elif key == "decoder.final_layernorm.weight":
+            merged["model.norm.weight"] = first
+        elif key.startswith("decoder.layers."):
+            local, rest = key[len("decoder.layers.") :].split(".", 1)
+            p = f"model.layers.{layer_offset + int(local)}."
+            if rest in ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias"):
+                kind = rest.rsplit(".", 1)[1]
+                q, k, v = qkv_to_hf(torch.cat(parts), hf_config)
+                merged.update({p + f"self_attn.q_proj.{kind}": q, p + f"self_attn.k_proj.{kind}": k})
+                merged[p + f"self_attn.v_proj.{kind}"] = v
+            elif rest == "self_attention.linear_proj.weight":
+                merged[p + "self_attn.o_proj.weight"] = torch.cat(parts, dim=1)
+            elif rest == "mlp.linear_fc1.weight":
+                gate_up = [part.chunk(2) for part in parts]
+                merged[p + "mlp.gate_proj.weight"] = torch.cat([g for g, _ in gate_up])
+                merged[p + "mlp.up_proj.weight"] = torch.cat([u for _, u in gate_up])
+            elif rest == "mlp.linear_fc2.weight":
+                merged[p + "mlp.down_proj.weight"] = torch.cat(parts, dim=1)
+            elif rest == "input_layernorm.weight":
+                merged[p + "input_layernorm.weight"] = first
+            elif rest == "pre_mlp_layernorm.weight":
+                merged[p + "post_attention_layernorm.weight"] = first
+            else:
+                raise KeyError(f"{key}: not a tensor of the Qwen2 / Llama layout this merger knows")
+        else:
+            raise KeyError(f"{key}: not a tensor of the Qwen2 / Llama layout this merger knows")
+    return merged
