@@ -23,5 +23,6 @@ def test_config_reads_do_not_restate_defaults():
         for lineno, line in enumerate(path.read_text().splitlines(), 1)
         if INLINE_DEFAULT.search(line)
     ]
-    # what remains reads per-call meta_info, batch columns or the environment, not the config
-    assert len(hits) <= 25, "\n".join(hits)
+    # what remains reads per-call meta_info, forward kwargs, batch columns, a model's own HF config dicts or the
+    # environment, not the config (the Megatron engine added six such per-call reads)
+    assert len(hits) <= 31, "\n".join(hits)

@@ -56,6 +56,7 @@ def test_where_stuck_picks_the_phase_thread():
 def test_ray_group_reports_the_rank_that_does_not_return(ray_cluster, tmp_path):
     pool = RayResourcePool([2], use_gpu=False)
     wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(SleepyWorker), 1, 60.0), device_name="cpu")
+    groups = [(wg, pool)]
     try:
         wg.set_watchdog(Watchdog(timeout_s=0, phase_timeout_s={"work": 3}, dump_dir=str(tmp_path)))
         start = time.monotonic()
@@ -75,16 +76,18 @@ def test_ray_group_reports_the_rank_that_does_not_return(ray_cluster, tmp_path):
         remote = wg._collect_stacks(via_node_tasks=True)
         assert where_stuck(remote[1], "work") == error.stuck[1] and "in work" not in remote[0]
         # a group whose workers return in time is unaffected by its deadline
-        quick = RayWorkerGroup(
-            RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(ray.remote(SleepyWorker), 5), device_name="cpu"
-        )
+        quick_pool = RayResourcePool([1], use_gpu=False)
+        quick = RayWorkerGroup(quick_pool, RayClassWithInitArgs(ray.remote(SleepyWorker), 5), device_name="cpu")
+        groups.append((quick, quick_pool))
         quick.set_watchdog(Watchdog(timeout_s=30, dump_dir=str(tmp_path / "unused")))
         assert quick.work() == [0] and not (tmp_path / "unused").exists()
     finally:
-        for worker in wg.workers:
-            ray.kill(worker)
-        for pg in pool.pgs or []:
-            ray.util.remove_placement_group(pg)
+        # the session's Ray cluster has 4 CPUs: a leaked worker or placement group starves later tests
+        for group, group_pool in groups:
+            for worker in group.workers:
+                ray.kill(worker)
+            for pg in group_pool.pgs or []:
+                ray.util.remove_placement_group(pg)
 
 
 def test_inprocess_group_interrupts_the_call(tmp_path):

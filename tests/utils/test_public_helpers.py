@@ -226,6 +226,8 @@ def test_extract_pg_from_exist_reuses_placement_groups(ray_cluster):
     source = RayResourcePool([2], use_gpu=False, max_colocate_count=1)
     pgs = extract_pg_from_exist({"actor": source}, ["actor"], RayResourcePool([2], use_gpu=False))
     assert pgs == source.get_placement_groups()
+    for pg in pgs:  # the session's cluster has 4 CPUs: give them back
+        ray_cluster.util.remove_placement_group(pg)
 
 
 def test_merge_resource_pool_holds_both_pools_nodes_and_placement_groups(ray_cluster):
@@ -238,3 +240,5 @@ def test_merge_resource_pool_holds_both_pools_nodes_and_placement_groups(ray_clu
     assert merged.get_placement_groups() == a.get_placement_groups() + b.get_placement_groups()
     with pytest.raises(AssertionError, match="use_gpu"):
         merge_resource_pool(a, RayResourcePool([1], use_gpu=True, max_colocate_count=1))
+    for pg in merged.get_placement_groups():
+        ray_cluster.util.remove_placement_group(pg)
