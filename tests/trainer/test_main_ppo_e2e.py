@@ -96,3 +96,15 @@ def test_bad_config_fails_fast_before_ray(workspace):
     output = result.stdout + result.stderr
     assert "ppo_mini_batch_size" in output and "Started a local Ray instance" not in output
     assert elapsed < 60
+
+
+@pytest.mark.slow
+def test_data_the_filter_empties_stops_before_ray(workspace):
+    """Whether any prompt survives data.filter_overlong_prompts needs the tokenizer: the driver builds the datasets
+    before it starts Ray, so an emptied training set stops the run there, naming the files and the limit."""
+    overrides = base_overrides(workspace, "grpo") + ["data.filter_overlong_prompts=True", "data.max_prompt_length=4"]
+    result = run_main_ppo(overrides, cwd=workspace["root"], timeout=120)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "data.filter_overlong_prompts=True dropped all 16 rows" in output and "max_prompt_length=4" in output
+    assert "Started a local Ray instance" not in output

@@ -104,11 +104,11 @@ def train_in_ray(config, **recipe_classes) -> None:
     import ray
 
     own_cluster = not ray.is_initialized() and os.environ.get("RAY_ADDRESS", "local") == "local"
-    if not ray.is_initialized():
-        ray.init(**ray_init_kwargs(config))
     if own_cluster:
-        _run_controller_here(config, recipe_classes)
+        _run_controller_here(config, recipe_classes)  # builds the datasets, then starts Ray
     else:
+        if not ray.is_initialized():
+            ray.init(**ray_init_kwargs(config))
         runner = _task_runner_class().remote()
         ray.get(runner.run.remote(config, **recipe_classes))
     timeline = config.ray_init.timeline_json_file
@@ -195,14 +195,17 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
 class _TaskRunner:
     """Runs the single controller: in a Ray actor on a cluster that outlives the driver, or in the driver itself."""
 
-    def run(self, config, trainer_cls=None, actor_rollout_cls=None, reward_model_cls=None) -> None:
-        """Build the trainer (a recipe's classes, see build_trainer), its workers, and train."""
+    def run(self, config, trainer_cls=None, actor_rollout_cls=None, reward_model_cls=None, start_ray=None) -> None:
+        """Build the trainer (a recipe's classes, see build_trainer), its workers, and train. ``start_ray``: called
+        after the trainer (tokenizer, reward functions, datasets) is built, before its workers are."""
         set_basic_config()  # a TaskRunner actor is a fresh process: same root level as the driver
         print(OmegaConf.to_yaml(config, resolve=True))
         OmegaConf.resolve(config)
         trainer = build_trainer(
             config, trainer_cls=trainer_cls, actor_rollout_cls=actor_rollout_cls, reward_model_cls=reward_model_cls
         )
+        if start_ray is not None:
+            start_ray()
         trainer.init_workers()
         trainer.fit()
 
@@ -223,8 +226,14 @@ def _run_controller_here(config, recipe_classes: dict) -> None:
     threads = torch.get_num_threads()
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
+    import ray
+
+    def start_ray() -> None:
+        # after the datasets are built: data that the filter empties (or cannot tokenize) stops the run before Ray
+        ray.init(**ray_init_kwargs(config))
+
     try:
-        _TaskRunner().run(config, **recipe_classes)
+        _TaskRunner().run(config, **recipe_classes, start_ray=start_ray)
     finally:  # a caller's own script (run_ppo from Python) keeps its thread count
         torch.set_num_threads(threads)
 

@@ -4,8 +4,8 @@ Each local file must be readable parquet, hold at least one row, and have every 
 prompts (``data.prompt_key``), and for the built-in rule reward the ``reward_model`` struct with ``ground_truth``
 and the ``data.reward_fn_key`` column. Only the parquet footer (schema and row count) is read, never the rows. A
 column the run does not read is never an error, and files read by a ``data.custom_cls`` dataset are not checked.
-Whether rows survive ``data.filter_overlong_prompts`` needs the tokenizer and every prompt, so it is not checked
-here (the dataset logs how many rows the filter dropped).
+Whether rows survive ``data.filter_overlong_prompts`` needs the tokenizer and every prompt, so the dataset checks
+it when it loads (``main_ppo`` builds the datasets before it starts Ray).
 
 ``parquet_schema`` and ``parquet_column`` are the one way the driver-side checks open a data file, so a file that is
 not parquet is reported the same way by every check.
