@@ -17,11 +17,12 @@ PY="${PYTHON:-python}"
 LIMIT_BYTES=$((64 * 1024 * 1024))
 
 # what gpu_check.sh asks pip for (pip takes their dependencies from the folder or from what is installed)
-TOP_LEVEL=(hydra-core omegaconf tensordict torchdata datasets codetiming dill)
+TOP_LEVEL=(hydra-core omegaconf tensordict torchdata datasets codetiming dill pydantic)
 # everything of their dependency trees that a machine with the packages above may lack
-DEPENDENCIES=(antlr4-python3-runtime pyvers cloudpickle multiprocess xxhash)
-# installed there, but maybe older than datasets needs (pyarrow>=24): pip takes it from the folder only then
-FALLBACKS=(pyarrow)
+DEPENDENCIES=(antlr4-python3-runtime pyvers cloudpickle multiprocess xxhash pydantic-core annotated-types typing-inspection)
+# installed there (seen 2026-11-27: pyarrow 25.0.1, fsspec 2026.7.0), but maybe outside what datasets needs
+# (pyarrow>=24, fsspec<=2026.9): pip takes them from the folder only then, and they are dropped first for size
+FALLBACKS=(pyarrow fsspec)
 
 version_of() {
     "$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$1"

@@ -12,6 +12,7 @@ import pytest
 import torch.distributed as dist
 
 from tests.trainer.ppo_e2e_utils import compose_config
+from verl.demo.default_run import apply_builtin_demo, command_line_keys
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.main_ppo import build_trainer, prepare_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -44,19 +45,20 @@ def no_process_group_left():
 
 
 def test_grpo_builtin_task_learns_in_process(tmp_path, no_process_group_left):
-    config = compose_config(
-        [
-            "trainer.n_gpus_per_node=1",
-            f"trainer.device={get_device_name()}",
-            f"trainer.total_training_steps={STEPS}",
-            f"trainer.test_freq={STEPS}",
-            "trainer.save_freq=-1",
-            "trainer.logger=['console']",
-            "trainer.run_report=False",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-            "actor_rollout_ref.rollout.name=hf",
-        ]
-    )
+    overrides = [
+        "trainer.n_gpus_per_node=1",
+        f"trainer.device={get_device_name()}",
+        f"trainer.total_training_steps={STEPS}",
+        f"trainer.test_freq={STEPS}",
+        "trainer.save_freq=-1",
+        "trainer.logger=['console']",
+        "trainer.run_report=False",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "actor_rollout_ref.rollout.name=hf",
+    ]
+    config = compose_config(overrides)
+    # no data and no model named: the built-in demo, chosen as main_ppo chooses it
+    assert apply_builtin_demo(config, command_line_keys(overrides))
     prepare_config(config)
     trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
     trainer.__class__ = RecordingTrainer

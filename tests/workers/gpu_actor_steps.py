@@ -99,14 +99,21 @@ def _devices(tensors) -> list[str]:
 
 
 def where_state_lives(worker) -> dict:
-    """Device types of the actor's parameters and optimizer state, and the accelerator memory in use."""
+    """Device types of the actor's parameters and optimizer state, their bytes there, and the memory in use."""
     from verl.utils.device import get_torch_device, is_accelerator_available
 
     params = list(worker.actor_module.parameters())
     state = worker.actor_engine.optimizer.state.values()
     optim = [v for s in state for v in s.values() if torch.is_tensor(v) and v.dim()]
     allocated = get_torch_device().memory_allocated() if is_accelerator_available() else 0
-    return {"param_devices": _devices(params), "optim_devices": _devices(optim), "allocated_bytes": allocated}
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in params + optim]
+    on_device = sum(t.numel() * t.element_size() for t in local if t.device.type != "cpu")
+    return {
+        "param_devices": _devices(params),
+        "optim_devices": _devices(optim),
+        "allocated_bytes": allocated,
+        "state_device_bytes": on_device,  # what parameters and optimizer state occupy on the accelerator
+    }
 
 
 def log_probs(worker, batch) -> torch.Tensor:

@@ -82,9 +82,15 @@ def test_param_and_optimizer_offload_round_trip(model_dir, tmp_path):
     assert plain["after_update"]["param_devices"] == [device]
     assert plain["after_update"]["optim_devices"] == [device]
     if ON_DEVICE:
-        # parameters (fp32) and two AdamW moments no longer occupy device memory
-        held, freed = plain["after_update"]["allocated_bytes"], offload["after_update"]["allocated_bytes"]
-        assert freed < 0.5 * held, f"device memory with offload {freed} B, without {held} B"
+        # parameters (fp32) and two AdamW moments no longer occupy device memory. The comparison is against what
+        # they occupy, not against all allocated memory: on the GPU, cuBLAS's workspaces (~64 MiB, measured on an
+        # H200) come from the same allocator and dwarf this tiny model's ~4.5 MB.
+        state = plain["after_update"]["state_device_bytes"]
+        resident, offloaded = plain["after_update"]["allocated_bytes"], offload["after_update"]["allocated_bytes"]
+        assert state > 0 and offload["after_update"]["state_device_bytes"] == 0
+        assert resident - offloaded >= 0.8 * state, (
+            f"offload freed {resident - offloaded} B of device memory; parameters and optimizer state hold {state} B"
+        )
 
 
 def test_checkpoint_save_and_resume_in_a_new_process(model_dir, tmp_path):

@@ -290,6 +290,16 @@ def clip_grad_norm_(module: nn.Module, max_norm: float) -> torch.Tensor:
     return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm=max_norm)
 
 
+def _fsdp2_param_groups(module: FSDPModule) -> list:
+    """The FSDP2 parameter groups of one module: torch >= 2.12 keeps a list, earlier releases one group or None."""
+    state = module._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    group = getattr(state, "_fsdp_param_group", None)
+    return [] if group is None else [group]
+
+
 @contextlib.contextmanager
 def fsdp2_full_params(model: nn.Module):
     """Inside, every FSDP2 sub-module holds its full parameters and forwards run without collectives.
@@ -305,7 +315,7 @@ def fsdp2_full_params(model: nn.Module):
         # the next forward through the real root fails ("FSDP state has already been lazily initialized").
         model._get_fsdp_state()._lazy_init()
     # FSDP2 has no getter for reshard_after_forward; remember the per-group setting to restore it exactly.
-    saved = [[g.post_forward_mesh_info for g in m._get_fsdp_state()._fsdp_param_groups] for m in modules]
+    saved = [[g.post_forward_mesh_info for g in _fsdp2_param_groups(m)] for m in modules]
     for m in modules:
         m.set_reshard_after_forward(False, recurse=False)
         m.unshard()
@@ -314,7 +324,7 @@ def fsdp2_full_params(model: nn.Module):
     finally:
         for m, infos in zip(modules, saved):
             m.reshard()
-            for group, info in zip(m._get_fsdp_state()._fsdp_param_groups, infos):
+            for group, info in zip(_fsdp2_param_groups(m), infos):
                 group.post_forward_mesh_info = info
 
 
