@@ -175,3 +175,17 @@ def test_cpu_workers_share_the_hosts_cores(monkeypatch):
         assert torch.get_num_threads() == 2 and os.environ["OMP_NUM_THREADS"] == "2"
     finally:
         torch.set_num_threads(before)
+
+
+def test_fsdp2_param_groups_across_torch_releases():
+    """torch >= 2.12 keeps a list of FSDP2 parameter groups, 2.11 (the GPU machine's) one group or None."""
+    from types import SimpleNamespace
+
+    from verl.utils.fsdp_utils import _fsdp2_param_groups
+
+    def module(**state):
+        return SimpleNamespace(_get_fsdp_state=lambda: SimpleNamespace(**state))
+
+    assert _fsdp2_param_groups(module(_fsdp_param_groups=("a", "b"))) == ["a", "b"]
+    assert _fsdp2_param_groups(module(_fsdp_param_group="a")) == ["a"]
+    assert _fsdp2_param_groups(module(_fsdp_param_group=None)) == []
