@@ -197,6 +197,10 @@ CODE_DEFAULT_KEYS = {
     "reward_model.max_concurrent": 1, "reward_model.max_rpm": None, "reward_model.max_tpm": None,
     "reward_model.estimated_tokens_per_request": 2000, "reward_model.timeout": 300.0,
     "algorithm.filter_groups": {"enable": False, "metric": None, "max_num_gen_batches": 0},
+    "algorithm.rollout_correction": {
+        "rollout_is": None, "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": False, "rollout_rs": None,
+        "rollout_rs_threshold": None, "bypass_mode": False, "loss_type": "ppo_clip",
+    },
     "trainer.remove_previous_ckpt_in_save": False, "ray_init.include_dashboard": None,
 }
 for _key, _value in CODE_DEFAULT_KEYS.items():
