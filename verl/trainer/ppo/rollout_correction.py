@@ -177,6 +177,11 @@ def _sequence_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, how: str) -
     return total / mask.sum(dim=-1).clamp(min=1)
 
 
+def _k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """``r - 1 - log r`` per token (>= 0), with ``expm1`` so that it does not cancel to negative values near r = 1."""
+    return (torch.expm1(log_ratio) - log_ratio).clamp(min=0)
+
+
 def _rejection_keep(rule: RejectionRule, log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """1 where ``rule`` keeps the token (sequence options: every token of a kept sequence), ``(bs, T)``."""
     level, _, estimator = rule.option.rpartition("_")
@@ -188,7 +193,7 @@ def _rejection_keep(rule: RejectionRule, log_ratio: torch.Tensor, mask: torch.Te
         keep = (stat >= lower) & (stat <= upper)
     else:
         bounded = log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)
-        per_token = 0.5 * bounded**2 if estimator == "k2" else torch.exp(bounded) - 1 - bounded
+        per_token = 0.5 * bounded**2 if estimator == "k2" else _k3(bounded)
         if level == "token":
             stat = per_token
         elif level == "seq_max":
@@ -211,8 +216,9 @@ def compute_offpolicy_metrics(
     (``training_ppl``, ``rollout_ppl`` and their logs), ``log_ppl_diff`` (rollout - training) with its abs / max / min,
     ``ppl_ratio`` = exp(mean_i(log_ppl_training - log_ppl_rollout)). All tensors ``(bs, response_length)``.
     """
-    old, rollout = old_log_prob.detach().float(), rollout_log_prob.detach().float()
-    mask = response_mask.float()
+    # float64: the gaps measured are often ~1e-8 per token, below float32's resolution of log-probs
+    old, rollout = old_log_prob.detach().double(), rollout_log_prob.detach().double()
+    mask = response_mask.double()
     log_ratio = ((old - rollout) * mask).clamp(-SAFETY_BOUND, SAFETY_BOUND)
     ratio = torch.exp(log_ratio)
     has_tokens = mask.sum(dim=-1) > 0
@@ -225,7 +231,7 @@ def compute_offpolicy_metrics(
     valid_diff = log_ppl_diff[has_tokens] if has_tokens.any() else log_ppl_diff.new_zeros(1)
     metrics = {
         "kl": _masked_mean(rollout - old, mask),
-        "k3_kl": _masked_mean(ratio - 1 - log_ratio, mask),
+        "k3_kl": _masked_mean(_k3(log_ratio), mask),
         "chi2_token": _masked_mean(ratio**2, mask) - 1,
         "chi2_seq": _masked_mean(torch.exp(seq_log_ratio_sq), seq_mask) - 1,
         "training_log_ppl": _masked_mean(training_log_ppl, seq_mask),
