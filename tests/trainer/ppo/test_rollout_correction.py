@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, compute_policy_loss, get_policy_loss_fn
-from verl.trainer.ppo.rollout_correction import (
+from verl.trainer.ppo.rollout_corr_helper import (
     compute_offpolicy_metrics,
     compute_rollout_correction_and_rejection_mask,
     parse_is_threshold,
     parse_rs_spec,
+    rollout_correction,
 )
 from verl.workers.actor.ppo_actor import PPOActor
 
@@ -25,7 +26,7 @@ OLD = ROLLOUT + LOG_RATIO
 
 
 def correct(**kwargs):
-    return compute_rollout_correction_and_rejection_mask(OLD, ROLLOUT, MASK, **kwargs)
+    return rollout_correction(OLD, ROLLOUT, MASK, **kwargs)
 
 
 def assert_close(actual, expected):
@@ -70,6 +71,15 @@ def test_effective_sample_size():
     _, _, metrics = correct(rollout_is="token", rollout_is_threshold=2.0)
     w = torch.tensor([2.0, 0.5, 1.0, 2.0, 1.0])
     assert metrics["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(1 / ((w / w.mean()) ** 2).mean().item())
+
+
+def test_verls_call_returns_the_weights_in_a_data_proto():
+    proto, mask, metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=OLD, rollout_log_prob=ROLLOUT, response_mask=MASK, rollout_is="token", rollout_is_threshold=2.0
+    )
+    assert_close(proto.batch["rollout_is_weights"], [[2.0, 0.5, 1.0], [2.0, 1.0, 0.0]])
+    assert torch.equal(mask, MASK) and "rollout_corr/kl" in metrics
+    assert compute_rollout_correction_and_rejection_mask(OLD, ROLLOUT, MASK)[0] is None  # rollout_is null
 
 
 # ---------------------------------------------------------------------------------------------- rejection
@@ -127,7 +137,7 @@ def test_mismatch_metrics():
 # ---------------------------------------------------------------------------------------------- identity
 @pytest.mark.parametrize("rollout_is", ["token", "sequence"])
 def test_equal_log_probs_give_weights_exactly_one(rollout_is):
-    weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
+    weights, mask, metrics = rollout_correction(
         ROLLOUT,
         ROLLOUT.clone(),
         MASK,
@@ -147,7 +157,7 @@ def test_unit_weights_leave_every_policy_loss_unchanged(loss_mode):
     old = torch.randn(4, 6) - 2
     log_prob = (old + 0.3 * torch.randn(4, 6)).requires_grad_()
     adv, mask = torch.randn(4, 6), (torch.rand(4, 6) > 0.2).long()
-    weights, _, _ = compute_rollout_correction_and_rejection_mask(old, old.clone(), mask, rollout_is="token")
+    weights, _, _ = rollout_correction(old, old.clone(), mask, rollout_is="token")
     fn = get_policy_loss_fn(loss_mode)
     torch.manual_seed(1)  # clip_cov picks tokens at random
     plain = fn(old, log_prob, adv, mask, "token-mean", None)

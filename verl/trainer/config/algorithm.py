@@ -42,7 +42,7 @@ class RolloutCorrectionConfig(BaseConfig):
     """`algorithm.rollout_correction` (verl >= 0.6): IS weights and rejection for the rollout-vs-training policy gap.
 
     `rollout_is`: null, token or sequence; `rollout_is_threshold`: truncation bound, or "lower_upper" (IcePop);
-    `rollout_rs`: null or comma-separated rejection options (`verl.trainer.ppo.rollout_correction.RS_OPTIONS`);
+    `rollout_rs`: null or comma-separated rejection options (`verl.trainer.ppo.rollout_corr_helper.RS_OPTIONS`);
     `bypass_mode`: the rollout's log-probs serve as the old ones (no recompute); `loss_type` (bypass mode only):
     ppo_clip or reinforce. See docs/rollout_correction.md.
     """

@@ -35,10 +35,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.mfu import PhaseMFU
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
 from verl.trainer.ppo.reward import PendingReward, compute_reward, submit_reward
-from verl.trainer.ppo.rollout_correction import (
-    compute_rollout_correction_and_rejection_mask,
-    rollout_correction_kwargs,
-)
+from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
 from verl.utils.debug import marked_timer
 from verl.utils.device import peak_rss_gb
@@ -388,7 +385,7 @@ class RayPPOTrainer:
         if self.ppo_config.actor_rollout_ref.rollout.uses_agent_loops:
             # tool and template tokens carry no rollout log-prob: only generated tokens are compared
             valid = response_mask * batch.batch["loss_mask"][:, -response_mask.size(1) :]
-        weights, kept, corr_metrics = compute_rollout_correction_and_rejection_mask(
+        weights, kept, corr_metrics = rollout_correction(
             batch.batch["old_log_probs"],
             batch.batch["rollout_log_probs"],
             valid,

@@ -13,7 +13,7 @@ from verl.protocol import DataProto
 from verl.trainer.config import ActorConfig, RefConfig
 from verl.trainer.ppo.core_algos import kl_penalty
 from verl.trainer.ppo.losses import agg_loss, compute_policy_loss_gpg, get_policy_loss_fn
-from verl.trainer.ppo.rollout_correction import compute_rollout_correction_and_rejection_mask, rollout_correction_kwargs
+from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.engine.base import TrainingEngine
 from verl.workers.engine.micro_batches import append_metrics, gradient_accumulation_steps, to_float
@@ -91,7 +91,7 @@ class PPOActor(BasePPOActor):
         ``ppo_clip``: the PPO ratio already is ``pi_theta / pi_rollout``, so only the rejection applies (the IS
         statistics are logged); ``reinforce``: the IS weights multiply the policy-gradient loss too.
         """
-        weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
+        weights, mask, metrics = rollout_correction(
             log_prob.detach(), rollout_log_prob, response_mask, **rollout_correction_kwargs(correction)
         )
         kwargs = {}

@@ -82,6 +82,23 @@ def test_refused_with_key_value_and_fix(overrides, expected):
         assert text in str(exc.value)
 
 
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("bypass_old_logprob_for_rollout=True", "set bypass_mode=True"),
+        ("use_pure_rollout_correction=True", "loss_type=reinforce"),
+        ("rollout_rs_threshold_lower=0.5", "'lower_upper'"),
+        ("rollout_token_veto_threshold=1e-4", "not implemented"),
+        ("debug_rollout_actor_probs=True", "not implemented"),
+    ],
+)
+def test_keys_of_other_verl_versions_are_refused_with_the_equivalent(override, expected):
+    with pytest.raises(ConfigError, match=expected) as exc:
+        check_rollout_correction(config(f"+{RC}.{override}", LOG_PROBS))
+    assert f"{RC}.{override.split('=')[0]}=" in str(exc.value)
+    check_rollout_correction(config(f"+{RC}.{override.split('=')[0]}=null"))  # left unset: nothing to refuse
+
+
 def test_a_loss_without_the_weights_keyword_is_refused_for_is():
     @register_policy_loss("_no_weights_kw")
     def loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None):

@@ -6,7 +6,7 @@ import inspect
 
 from verl.trainer.config import ConfigError
 from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY
-from verl.trainer.ppo.rollout_correction import IS_LEVELS, correction_enabled, parse_is_threshold, parse_rs_spec
+from verl.trainer.ppo.rollout_corr_helper import IS_LEVELS, correction_enabled, parse_is_threshold, parse_rs_spec
 
 __all__ = ["check_rollout_correction"]
 
@@ -14,9 +14,23 @@ KEY = "algorithm.rollout_correction"
 LOSS_TYPES = ("ppo_clip", "reinforce")
 
 
+# keys of other verl versions that this section does not implement, with what to set instead
+OTHER_VERL_KEYS = {
+    "bypass_old_logprob_for_rollout": "verl 0.6's name: set bypass_mode=True",
+    "use_pure_rollout_correction": "verl 0.6's name: set bypass_mode=True and loss_type=reinforce",
+    "rollout_rs_threshold_lower": "give both bounds as rollout_rs_threshold='lower_upper' (e.g. '0.5_2.0')",
+    "rollout_token_veto_threshold": "not implemented; reject low-ratio tokens with rollout_rs=token_k1 (lower bound)",
+    "debug_rollout_actor_probs": "not implemented; decoupled mode (bypass_mode=False) logs the rollout-vs-actor gap",
+}
+
+
 def check_rollout_correction(config) -> None:
     """Raise ConfigError for the first rollout-correction setting that cannot work (``config``: typed PPO config)."""
     corr = config.algorithm.rollout_correction
+    for key, instead in OTHER_VERL_KEYS.items():
+        value = corr.get(key) if key in corr else None
+        if value not in (None, False):
+            raise ConfigError(f"{KEY}.{key}={value!r} is not read here: {instead}")
     if corr.rollout_is is not None and corr.rollout_is not in IS_LEVELS:
         raise ConfigError(f"{KEY}.rollout_is={corr.rollout_is!r}: expected null, 'token' or 'sequence'")
     try:

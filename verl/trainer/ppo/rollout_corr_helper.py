@@ -1,10 +1,12 @@
-"""Rollout correction (``algorithm.rollout_correction``, verl >= 0.6): importance-sampling weights and rejection
-masks for the gap between the policy that sampled (the rollout engine, ``rollout_log_probs``) and the policy the
-update treats as old (``old_log_probs``).
+"""Rollout correction (``algorithm.rollout_correction``, verl >= 0.6; verl's module path): importance-sampling
+weights and rejection masks for the gap between the policy that sampled (the rollout engine, ``rollout_log_probs``)
+and the policy the update treats as old (``old_log_probs``).
 
 Everything here is a pure function of ``(bs, response_length)`` tensors, so the driver calls it once per batch
 (decoupled mode: ``log r = old_log_probs - rollout_log_probs``) and the actor's loss calls it per micro batch
 (bypass mode: ``log r = log_prob.detach() - rollout_log_probs``). ``docs/rollout_correction.md`` has the formulas.
+:func:`rollout_correction` returns the weights as a tensor; :func:`compute_rollout_correction_and_rejection_mask`
+is verl's call, which wraps them in a ``DataProto``.
 
 * IS weights (``rollout_is``): ``token`` gives ``w_t = r_t``; ``sequence`` gives every token of sequence i
   ``w_i = prod_t r_t``. Ratios are kept in ``[e^-20, e^20]`` so nothing overflows; then truncated at
@@ -27,6 +29,8 @@ from typing import Any
 
 import torch
 
+from verl.protocol import DataProto
+
 __all__ = [
     "RS_OPTIONS",
     "compute_offpolicy_metrics",
@@ -34,6 +38,7 @@ __all__ = [
     "correction_enabled",
     "parse_is_threshold",
     "parse_rs_spec",
+    "rollout_correction",
     "rollout_correction_kwargs",
 ]
 
@@ -298,7 +303,7 @@ def _is_weights(
     return weights * mask
 
 
-def compute_rollout_correction_and_rejection_mask(
+def rollout_correction(
     old_log_prob: torch.Tensor,
     rollout_log_prob: torch.Tensor,
     response_mask: torch.Tensor,
@@ -335,6 +340,33 @@ def compute_rollout_correction_and_rejection_mask(
     out = {METRIC_PREFIX + k: float(v) for k, v in metrics.items()}
     out.update(compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
     return weights, modified.to(response_mask.dtype), out
+
+
+def compute_rollout_correction_and_rejection_mask(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is: str | None = None,
+    rollout_is_threshold: float | str = 2.0,
+    rollout_rs: str | None = None,
+    rollout_rs_threshold: float | str | None = None,
+    rollout_is_batch_normalize: bool = False,
+) -> tuple[DataProto | None, torch.Tensor, dict[str, float]]:
+    """verl's entry point: :func:`rollout_correction` with the weights as a ``DataProto``
+    (``batch["rollout_is_weights"]``, ``(bs, response_length)``), or None when ``rollout_is`` is null; then the
+    modified mask and the metrics."""
+    weights, mask, metrics = rollout_correction(
+        old_log_prob,
+        rollout_log_prob,
+        response_mask,
+        rollout_is=rollout_is,
+        rollout_is_threshold=rollout_is_threshold,
+        rollout_rs=rollout_rs,
+        rollout_rs_threshold=rollout_rs_threshold,
+        rollout_is_batch_normalize=rollout_is_batch_normalize,
+    )
+    weights_proto = None if weights is None else DataProto.from_dict(tensors={"rollout_is_weights": weights})
+    return weights_proto, mask, metrics
 
 
 def rollout_correction_kwargs(config: Any) -> dict:
