@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, compute_policy_loss, get_policy_loss_fn
+from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, agg_loss, compute_policy_loss, get_policy_loss_fn
 from verl.trainer.ppo.rollout_corr_helper import (
     compute_offpolicy_metrics,
     compute_rollout_correction_and_rejection_mask,
@@ -174,6 +174,16 @@ def test_weights_multiply_the_per_token_loss():
     loss, *_ = compute_policy_loss(old, log_prob, adv, mask, cliprange=0.2, rollout_is_weights=w)
     # ratio 1: per-token losses -A = [-1, 1], weighted [-2, .5], token mean -0.75
     assert loss.item() == pytest.approx(-0.75)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_a_wholly_rejected_sequence_keeps_every_aggregation_finite(mode):
+    loss_mat = torch.tensor([[1.0, 3.0, 5.0], [7.0, 9.0, 0.0]])
+    _, kept, _ = rollout_correction(OLD, ROLLOUT, MASK, rollout_rs="seq_sum_k1", rollout_rs_threshold=2.0)
+    assert kept[1].sum() == 0  # row 1 (product 4) rejected
+    expected = {"token-mean": 3.0, "seq-mean-token-sum": 9.0 / 2, "seq-mean-token-mean": 3.0 / 2}
+    expected["seq-mean-token-sum-norm"] = 9.0 / 3
+    assert agg_loss(loss_mat, kept, mode).item() == pytest.approx(expected[mode])
 
 
 # ---------------------------------------------------------------------------------------------- bypass (actor)

@@ -44,7 +44,8 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     """Aggregate a per-token loss to a scalar. loss_mat, loss_mask: ``(bs, response_length)``.
 
     ``token-mean``: over all tokens; ``seq-mean-token-sum``: mean of per-sequence sums;
-    ``seq-mean-token-mean``: mean of per-sequence means; ``seq-mean-token-sum-norm``: total / T (Dr.GRPO).
+    ``seq-mean-token-mean``: mean of per-sequence means (a sequence without tokens counts as 0);
+    ``seq-mean-token-sum-norm``: total / T (Dr.GRPO).
     """
     if loss_agg_mode == "token-mean":
         return verl_F.masked_mean(loss_mat, loss_mask)
@@ -52,7 +53,8 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     if loss_agg_mode == "seq-mean-token-sum":
         return torch.sum(loss_mat * loss_mask, dim=-1).mean()
     if loss_agg_mode == "seq-mean-token-mean":
-        return (torch.sum(loss_mat * loss_mask, dim=-1) / torch.sum(loss_mask, dim=-1)).mean()
+        # a row without tokens (rejected by rollout correction) adds 0 instead of verl 0.4.1's 0/0 = NaN
+        return (torch.sum(loss_mat * loss_mask, dim=-1) / torch.sum(loss_mask, dim=-1).clamp(min=1)).mean()
     if loss_agg_mode == "seq-mean-token-sum-norm":
         return torch.sum(loss_mat * loss_mask) / loss_mask.shape[-1]
     raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
