@@ -3,6 +3,7 @@ with ``calculate_log_probs``. Decoupled mode logs the mismatch metrics and train
 pass and corrects in the actor."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -114,3 +115,39 @@ def test_bypass_mode_skips_the_old_log_prob_pass(tmp_path, no_process_group_left
         for key in ("rollout_corr/kl", "rollout_corr/rollout_is_mean", "rollout_corr/rollout_is_seq_max"):
             assert math.isfinite(metrics[key]), (key, metrics[key])
         assert "training/rollout_probs_diff_mean" not in metrics  # no recompute to compare with
+
+
+@pytest.mark.slow
+def test_multi_turn_hf_rollout_compares_generated_tokens_only(tmp_path, no_process_group_left):
+    """verl's GSM8K tool config, HF multi-turn turns with log-probs: tool/user tokens (rollout log-prob -1) are left
+    out of the comparison, so the same weights give no mismatch and nothing is rejected."""
+    from tests.trainer.ppo_e2e_utils import compose_config as compose
+    from tests.trainer.test_multi_turn_e2e import _gsm8k_tool_data, _overrides
+    from verl.demo.tiny_model import make_tiny_model_dir
+
+    root = str(tmp_path)
+    ws = {"root": root, "critic": None, **_gsm8k_tool_data(root)}
+    ws["model"] = make_tiny_model_dir(
+        os.path.join(root, "model"), hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64
+    )
+    overrides = _overrides(ws, "hf") + [
+        "trainer.n_gpus_per_node=1",
+        "trainer.resume_mode=disable",
+        "trainer.run_report=False",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        f"{RC}.rollout_is=token",
+        f"{RC}.rollout_rs=token_k1",
+        f"{RC}.rollout_rs_threshold=2.0",
+    ]
+    config = compose(overrides)
+    prepare_config(config)
+    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
+    trainer.__class__ = RecordingTrainer
+    trainer.steps = []
+    trainer.init_workers()
+    trainer.fit()
+    assert len(trainer.steps) == 2
+    for metrics in trainer.steps:
+        assert metrics["training/rollout_probs_diff_max"] < 1e-4  # was ~0.37 with tool tokens compared
+        assert abs(metrics["rollout_corr/kl"]) < 1e-6
+        assert metrics["rollout_corr/rollout_rs_masked_fraction"] == 0.0

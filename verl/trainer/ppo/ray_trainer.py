@@ -381,10 +381,7 @@ class RayPPOTrainer:
         if correction.bypass_mode or "rollout_log_probs" not in keys or "old_log_probs" not in keys:
             return batch
         response_mask = batch.batch["response_mask"]
-        valid = response_mask
-        if self.ppo_config.actor_rollout_ref.rollout.uses_agent_loops:
-            # tool and template tokens carry no rollout log-prob: only generated tokens are compared
-            valid = response_mask * batch.batch["loss_mask"][:, -response_mask.size(1) :]
+        valid = self._rollout_compared_mask(batch)
         weights, kept, corr_metrics = rollout_correction(
             batch.batch["old_log_probs"],
             batch.batch["rollout_log_probs"],
@@ -399,10 +396,17 @@ class RayPPOTrainer:
             batch.batch["response_mask"] = response_mask * (1 - (valid - kept))
         return batch
 
-    @staticmethod
-    def _rollout_probs_diff(batch: DataProto) -> dict:
+    def _rollout_compared_mask(self, batch: DataProto) -> torch.Tensor:
+        """The response tokens that have a rollout log-prob: all of them, or only the generated ones (multi-turn:
+        tool, user and template tokens carry -1), ``(bs, response_length)``."""
+        response_mask = batch.batch["response_mask"]
+        if self.ppo_config.actor_rollout_ref.rollout.uses_agent_loops:
+            return response_mask * batch.batch["loss_mask"][:, -response_mask.size(1) :]
+        return response_mask
+
+    def _rollout_probs_diff(self, batch: DataProto) -> dict:
         """How far the rollout engine's sampling probabilities are from the actor's recomputed ones."""
-        mask = batch.batch["response_mask"].bool()
+        mask = self._rollout_compared_mask(batch).bool()
         diff = torch.abs(torch.exp(batch.batch["rollout_log_probs"]) - torch.exp(batch.batch["old_log_probs"]))
         diff = diff[mask]
         return {
