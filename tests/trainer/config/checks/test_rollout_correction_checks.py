@@ -64,6 +64,7 @@ def test_valid_settings_pass(overrides):
         ([f"{RC}.rollout_rs=token_k1", f"{RC}.rollout_rs_threshold=0.9", LOG_PROBS], ["must be > 1"]),
         ([f"{RC}.loss_type=reinforce", LOG_PROBS], [f"{RC}.loss_type='reinforce'", "bypass_mode=True"]),
         ([f"{RC}.loss_type=ppo", LOG_PROBS], [f"{RC}.loss_type='ppo'", "ppo_clip"]),
+        ([f"{RC}.rollout_is_batch_normalize=True", LOG_PROBS], ["rollout_is_batch_normalize=True", "rollout_is=null"]),
         (
             [
                 f"{RC}.bypass_mode=True",

@@ -39,6 +39,11 @@ def check_rollout_correction(config) -> None:
         parse_rs_spec(corr.rollout_rs, corr.rollout_rs_threshold)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if corr.rollout_is_batch_normalize and not corr.rollout_is:
+        raise ConfigError(
+            f"{KEY}.rollout_is_batch_normalize=True has no weights to normalize with {KEY}.rollout_is=null; set "
+            "rollout_is=token or sequence, or leave rollout_is_batch_normalize=False"
+        )
     if corr.loss_type not in LOSS_TYPES:
         raise ConfigError(f"{KEY}.loss_type={corr.loss_type!r}: expected one of {list(LOSS_TYPES)}")
     actor = config.actor_rollout_ref.actor
