@@ -157,7 +157,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
     role_worker_mapping = {Role.ActorRollout: ray_actor_class(actor_cls), Role.Critic: ray_actor_class(critic_cls)}
     pool = "global_pool"
     mapping = {Role.ActorRollout: pool, Role.Critic: pool}
-    if typed.reward_model.enable:
+    if typed.reward_model.enable and not typed.reward_model.use_reward_loop:  # the reward loop serves the model
         from verl.workers.roles.reward_model import RewardModelWorker
 
         role_worker_mapping[Role.RewardModel] = ray_actor_class(reward_model_cls or RewardModelWorker)
