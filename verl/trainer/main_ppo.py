@@ -19,7 +19,7 @@ from verl.demo.assets import resolve_builtin_paths
 from verl.demo.default_run import apply_builtin_demo, command_line_keys, describe_choices
 from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
-from verl.trainer.ppo.reward import load_reward_manager
+from verl.trainer.ppo.reward import get_served_reward_model, load_reward_manager
 from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 from verl.utils.logging_utils import set_basic_config
 
@@ -206,6 +206,9 @@ class _TaskRunner:
         )
         if start_ray is not None:
             start_ray()
+        served = get_served_reward_model(config)
+        if served is not None:  # a served judge's replicas load now, not inside the first step's reward phase
+            served.start()
         trainer.init_workers()
         trainer.fit()
 

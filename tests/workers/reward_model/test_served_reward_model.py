@@ -154,3 +154,39 @@ def test_bind_passes_only_the_arguments_a_function_takes():
     bound = bind_reward_loop_args(verl_style, served)
     assert is_async_fn(bound)
     assert asyncio.run(bound(*args)) == ("127.0.0.1:1", "tok")
+
+
+def test_custom_function_gets_the_router_through_load_reward_manager(judge_dir, tmp_path):
+    """custom_reward_function (no sources): the verl-style async judge function runs unchanged against the replica."""
+    import os
+
+    from verl.trainer.config import PPOConfig
+    from verl.trainer.ppo.reward import get_served_reward_model, load_reward_manager
+    from verl.utils.tokenizer import hf_tokenizer
+
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "reward_loop", "judge_reward.py")
+    config = PPOConfig.from_config(
+        {
+            "reward_model": {
+                "use_reward_loop": True,
+                "enable": True,
+                "model": {"path": judge_dir},
+                "rollout": {"name": "hf", "tensor_model_parallel_size": 1, "dtype": "float32", "response_length": 4},
+            },
+            "custom_reward_function": {"path": os.path.abspath(example)},
+            "trainer": {"n_gpus_per_node": 1, "nnodes": 1},
+        }
+    )
+    tokenizer = hf_tokenizer(judge_dir)
+    manager = load_reward_manager(config, tokenizer, num_examine=0)
+    served = get_served_reward_model(config)
+    try:
+        from verl.workers.reward_manager.naive import NaiveRewardManager
+
+        assert isinstance(manager, NaiveRewardManager) and is_async_fn(manager.compute_score)
+        result = asyncio.run(
+            manager.compute_score("verl/arithmetic", "12", "12", {"question": "5+7="})
+        )  # what the manager calls per sample
+        assert 0.0 <= result["score"] <= 1.0 and served.router.requests == [1]
+    finally:
+        served.stop()
