@@ -1,7 +1,7 @@
 """The reward-loop example (examples/reward_loop): GRPO on the built-in task, 2 steps, with a hybrid reward of the
 built-in rule and a tiny generative judge that the trainer serves behind its router; the example's verl-style
-``async`` reward function calls ``reward_router_address``. In-process worker group (no Ray): the judge's replicas
-live in this process."""
+``async`` reward function calls ``reward_router_address``. In-process worker group: without Ray the judge's replica
+lives in this process."""
 
 import math
 import os
@@ -16,6 +16,7 @@ from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.main_ppo import build_trainer, prepare_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.reward import get_served_reward_model
+from verl.workers.reward_model.served import _ray_running
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "reward_loop")
@@ -48,9 +49,9 @@ def test_grpo_with_rule_and_served_judge(tmp_path, no_process_group_left):
         "trainer.logger=['console']",
         "trainer.run_report=False",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-        "data.train_batch_size=8",
+        "data.train_batch_size=4",
         "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
         "reward_model.use_reward_loop=True",
         "reward_model.enable=True",
@@ -80,7 +81,8 @@ def test_grpo_with_rule_and_served_judge(tmp_path, no_process_group_left):
             assert math.isclose(metrics["critic/score/mean"], rule + 0.5 * judged, rel_tol=1e-4, abs_tol=1e-5)
             assert metrics["reward/failed_calls"] == 0
         # the async function reached the judge through reward_router_address: one request per response and step
-        assert sum(served.router.requests) == 2 * 8 * 4
-        assert served.replicas == 1 and not served.actors  # no Ray: the replica lives in this process
+        assert sum(served.router.requests) == 2 * 4 * 4
+        # one slot (trainer.n_gpus_per_node=1): one replica, in this process unless an earlier test left Ray running
+        assert served.replicas == 1 and len(served.actors) == (1 if _ray_running() else 0)
     finally:
         served.stop()
