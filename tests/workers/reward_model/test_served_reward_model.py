@@ -190,3 +190,51 @@ def test_custom_function_gets_the_router_through_load_reward_manager(judge_dir, 
         assert 0.0 <= result["score"] <= 1.0 and served.router.requests == [1]
     finally:
         served.stop()
+
+
+def test_remote_workers_call_the_served_judge(judge_dir, ray_cluster):
+    """reward_manager=remote with a served judge: the bound function travels to the Ray workers with the router's
+    address (not the router), and their calls reach the replicas."""
+    import os
+    import sys
+
+    import numpy as np
+    import torch
+
+    from verl import DataProto
+    from verl.utils.tokenizer import hf_tokenizer
+    from verl.workers.reward_manager import RemoteRewardManager
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "reward_loop"))
+    try:
+        import judge_reward
+    finally:
+        sys.path.pop(0)
+    tokenizer = hf_tokenizer(judge_dir)
+    served = ServedRewardModel(judge_dir, replicas=1, num_cpus=0, dtype="float32", max_response_tokens=2)
+    judge_fn = bind_reward_loop_args(judge_reward.compute_score, served)
+    manager = RemoteRewardManager(tokenizer, 0, judge_fn, num_workers=2)
+    n, plen, rlen = 4, 4, 3
+    ids = torch.tensor([tokenizer.encode("1+1=", add_special_tokens=False)] * n)[:, -plen:]
+    responses = torch.tensor([tokenizer.encode("2", add_special_tokens=False) * rlen] * n)
+    batch = DataProto.from_dict(
+        tensors={
+            "prompts": ids,
+            "responses": responses,
+            "attention_mask": torch.ones(n, plen + rlen, dtype=torch.long),
+        },
+        non_tensors={
+            "data_source": np.array(["verl/arithmetic"] * n, dtype=object),
+            "reward_model": np.array([{"ground_truth": "2"}] * n, dtype=object),
+            "extra_info": np.array([{"question": "1+1="}] * n, dtype=object),
+        },
+    )
+    try:
+        out = manager(batch, return_dict=True)
+        assert len(manager._workers) == 2 and sum(served.router.requests) == n
+        scores = out["reward_tensor"][:, -1]
+        assert torch.all((scores >= 0) & (scores <= 1)) and "reward_call_failed" not in out["reward_extra_info"]
+        assert len(out["reward_extra_info"]["judge_reply_chars"]) == n  # the judge's extra info came back per sample
+    finally:
+        manager.shutdown()
+        served.stop()
