@@ -24,7 +24,7 @@ async def async_exact(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def slow_exact(data_source, solution_str, ground_truth, extra_info=None):
-    time.sleep(0.05)
+    time.sleep(0.1)
     return exact(data_source, solution_str, ground_truth)
 
 
@@ -132,8 +132,8 @@ def test_remote_scores_in_ray_workers_like_naive_and_in_parallel(tokenizer, make
         elapsed = time.monotonic() - started
         assert len(manager._workers) == 2
         assert torch.equal(out["reward_tensor"], naive["reward_tensor"])
-        # 16 samples x 50 ms: 0.8 s one after another; two workers take about half
-        assert elapsed < 0.8, elapsed
+        # 16 samples x 100 ms: 1.6 s one after another; two workers take about half (plus Ray's overhead)
+        assert elapsed < 1.3, elapsed
         assert not math.isnan(float(out["reward_tensor"].sum()))
     finally:
         manager.shutdown()
