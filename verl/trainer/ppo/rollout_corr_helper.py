@@ -343,28 +343,12 @@ def rollout_correction(
 
 
 def compute_rollout_correction_and_rejection_mask(
-    old_log_prob: torch.Tensor,
-    rollout_log_prob: torch.Tensor,
-    response_mask: torch.Tensor,
-    rollout_is: str | None = None,
-    rollout_is_threshold: float | str = 2.0,
-    rollout_rs: str | None = None,
-    rollout_rs_threshold: float | str | None = None,
-    rollout_is_batch_normalize: bool = False,
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, **options: Any
 ) -> tuple[DataProto | None, torch.Tensor, dict[str, float]]:
-    """verl's entry point: :func:`rollout_correction` with the weights as a ``DataProto``
-    (``batch["rollout_is_weights"]``, ``(bs, response_length)``), or None when ``rollout_is`` is null; then the
-    modified mask and the metrics."""
-    weights, mask, metrics = rollout_correction(
-        old_log_prob,
-        rollout_log_prob,
-        response_mask,
-        rollout_is=rollout_is,
-        rollout_is_threshold=rollout_is_threshold,
-        rollout_rs=rollout_rs,
-        rollout_rs_threshold=rollout_rs_threshold,
-        rollout_is_batch_normalize=rollout_is_batch_normalize,
-    )
+    """verl's entry point: :func:`rollout_correction` (same arguments, ``options`` its keywords) with the weights as
+    a ``DataProto`` (``batch["rollout_is_weights"]``, ``(bs, response_length)``), or None when ``rollout_is`` is
+    null; then the modified mask and the metrics."""
+    weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_prob, response_mask, **options)
     weights_proto = None if weights is None else DataProto.from_dict(tensors={"rollout_is_weights": weights})
     return weights_proto, mask, metrics
 
