@@ -22,10 +22,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from tests.trainer.ppo_e2e_utils import compose_config  # noqa: E402
-from verl.demo.default_run import apply_builtin_demo, command_line_keys  # noqa: E402
-from verl.single_controller.inprocess import InProcessWorkerGroup  # noqa: E402
-from verl.trainer.main_ppo import build_trainer, prepare_config  # noqa: E402
+from tests.trainer.ppo_e2e_utils import demo_run_overrides, fit_demo_inprocess  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 
 SLOW_RULE = """
@@ -57,16 +54,8 @@ def run_arm(root: str, reward_loop: bool, args) -> list[dict]:
     rule = os.path.join(root, "slow_rule.py")
     with open(rule, "w") as f:
         f.write(SLOW_RULE)
-    overrides = [
-        "trainer.n_gpus_per_node=1",
-        "trainer.device=cpu",
-        f"trainer.total_training_steps={args.steps}",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        "trainer.save_freq=-1",
-        "trainer.logger=['console']",
-        "trainer.run_report=False",
-        f"trainer.default_local_dir={os.path.join(root, 'ckpt_' + str(reward_loop))}",
+    local_dir = os.path.join(root, f"ckpt_{reward_loop}")
+    overrides = demo_run_overrides(local_dir, args.steps) + [
         f"data.train_batch_size={args.batch}",
         f"actor_rollout_ref.rollout.n={args.n}",
         f"actor_rollout_ref.rollout.micro_batch_size={args.chunk}",
@@ -76,22 +65,13 @@ def run_arm(root: str, reward_loop: bool, args) -> list[dict]:
         f"+custom_reward_function.reward_kwargs.sleep_s={args.sleep_ms / 1000.0}",
         f"reward_model.use_reward_loop={reward_loop}",
     ]
-    config = compose_config(overrides)
-    apply_builtin_demo(config, command_line_keys(overrides))
-    prepare_config(config)
-    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
-    trainer.__class__ = RecordingTrainer
-    trainer.recorded = []
-    trainer.init_workers()
-    trainer.fit()
-    return trainer.recorded
+    RecordingTrainer.recorded = []
+    return fit_demo_inprocess(overrides, RecordingTrainer).recorded
 
 
 def figures(steps: list[dict]) -> dict:
-    measured = steps
-
     def median(fn):
-        return statistics.median(fn(m) for m in measured)
+        return statistics.median(fn(m) for m in steps)
 
     return {
         "step_s": median(lambda m: m["timing_s/step"]),
@@ -113,15 +93,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=2, help="runs of each arm, alternated (the box is shared)")
     args = parser.parse_args()
 
-    import torch.distributed as dist
-
     root = tempfile.mkdtemp(prefix="bench_reward_loop_")
     steps = {"batch": [], "reward_loop": []}
     for _ in range(args.repeats):  # alternated, so a change in the machine's load hits both arms
         for arm, on in (("batch", False), ("reward_loop", True)):
             steps[arm] += run_arm(root, on, args)[1:]  # the first step of a run warms up
-            if dist.is_initialized():
-                dist.destroy_process_group()
     results = {arm: figures(recorded) for arm, recorded in steps.items()}
     for arm, values in results.items():
         for name, value in values.items():

@@ -8,9 +8,8 @@ import time
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 
-from tests.trainer.ppo_e2e_utils import compose_config
+from tests.trainer.ppo_e2e_utils import demo_run_overrides, fit_demo_inprocess
 from tests.workers.reward_manager.conftest import make_batch, tokenizer  # noqa: F401 - fixtures
 from verl import DataProto
 from verl.trainer.config import PPOConfig
@@ -118,12 +117,11 @@ async def compute_score(data_source, solution_str, ground_truth, extra_info=None
 
 
 def test_grpo_scores_through_the_reward_loop(tmp_path):
-    from verl.demo.default_run import apply_builtin_demo, command_line_keys
-    from verl.single_controller.inprocess import InProcessWorkerGroup
-    from verl.trainer.main_ppo import build_trainer, prepare_config
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     class RecordingTrainer(RayPPOTrainer):
+        steps: list = []
+
         def train_step(self, batch, timing_raw):
             batch, metrics = super().train_step(batch, timing_raw)
             # the rule scored on the batch path, on the same (rebalanced) rows, gives the same scores
@@ -133,16 +131,7 @@ def test_grpo_scores_through_the_reward_loop(tmp_path):
 
     rule = tmp_path / "rule.py"
     rule.write_text(ASYNC_RULE)
-    overrides = [
-        "trainer.n_gpus_per_node=1",
-        "trainer.device=cpu",
-        "trainer.total_training_steps=2",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        "trainer.save_freq=-1",
-        "trainer.logger=['console']",
-        "trainer.run_report=False",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    overrides = demo_run_overrides(tmp_path / "ckpt", steps=2) + [
         "data.train_batch_size=4",
         "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.rollout.micro_batch_size=2",
@@ -151,18 +140,7 @@ def test_grpo_scores_through_the_reward_loop(tmp_path):
         f"custom_reward_function.path={rule}",
         "reward_model.use_reward_loop=True",
     ]
-    config = compose_config(overrides)
-    assert apply_builtin_demo(config, command_line_keys(overrides))
-    prepare_config(config)
-    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
-    trainer.__class__ = RecordingTrainer
-    trainer.steps = []
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    trainer = fit_demo_inprocess(overrides, RecordingTrainer)
     assert len(trainer.steps) == 2
     for metrics, same_as_batch_path in trainer.steps:
         assert same_as_batch_path
