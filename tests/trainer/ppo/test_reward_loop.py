@@ -14,7 +14,7 @@ from tests.workers.reward_manager.conftest import make_batch, tokenizer  # noqa:
 from verl import DataProto
 from verl.trainer.config import PPOConfig
 from verl.trainer.ppo.reward import compute_reward
-from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts
+from verl.trainer.ppo.reward_loop import GENERATION_CHUNK, ROW_KEY, RewardLoop, generation_chunk_prompts
 from verl.workers.reward_manager import NaiveRewardManager
 
 
@@ -75,7 +75,10 @@ def test_scoring_overlaps_the_generation_of_the_next_chunks(tokenizer, make_batc
 
     rows = make_batch([f"p{i}" for i in range(16)], ["1"] * 16, ["1"] * 16)
 
+    chunk_indices = []
+
     def generate(prompts, timing):  # a rollout that takes 0.25 s per chunk of 4
+        chunk_indices.append(prompts.meta_info[GENERATION_CHUNK])
         time.sleep(0.25)
         timing["gen"] = timing.get("gen", 0.0) + 0.25
         return rows[: len(prompts)]
@@ -89,6 +92,7 @@ def test_scoring_overlaps_the_generation_of_the_next_chunks(tokenizer, make_batc
     metrics = pending.metrics()
     # 4 chunks: 1.0 s of generation, 0.8 s of scoring, of which only the last chunk's 0.2 s comes after generation
     assert reward.sum().item() == 16 and timing_raw["gen"] == pytest.approx(1.0)
+    assert chunk_indices == [0, 1, 2, 3] and GENERATION_CHUNK not in batch.meta_info  # each chunk its own seed
     assert metrics["reward_loop/chunks"] == 4 and metrics["reward_loop/scoring_s"] >= 0.8
     assert metrics["reward_loop/overlap_s"] >= 0.45, metrics
     assert elapsed < 1.0 + 0.8 - 0.3, elapsed  # sequential would take 1.8 s

@@ -28,10 +28,12 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.reward import PendingReward, compute_reward
 from verl.workers.reward_manager.naive import merge_extra_info
 
-__all__ = ["ROW_KEY", "RewardLoop", "StreamedReward", "generation_chunk_prompts"]
+__all__ = ["GENERATION_CHUNK", "ROW_KEY", "RewardLoop", "StreamedReward", "generation_chunk_prompts"]
 
 # the run-wide id of a generated row, from generation to the reward phase (popped there)
 ROW_KEY = "reward_loop_row"
+# meta_info key of a chunk's index, read by pop_generation_inputs and the rollout worker's sampling seed
+GENERATION_CHUNK = "generation_chunk"
 
 
 def generation_chunk_prompts(rollout, world_size: int, batch_size: int) -> int:
@@ -91,9 +93,13 @@ class RewardLoop:
         each chunk submitted for scoring as it returns; the chunks concatenated, with their ids in ``ROW_KEY``.
         Seconds the calls record in their own timing dicts are summed into ``timing_raw``."""
         outputs = []
-        for start in range(0, len(batch), chunk_prompts):
+        for index, start in enumerate(range(0, len(batch), chunk_prompts)):
             timing: dict = {}
-            out = generate_fn(batch[start : start + chunk_prompts], timing)
+            prompts = batch[start : start + chunk_prompts]
+            # the rollout seeds each call from (seed, step, rank): the chunk index keeps the chunks' draws apart
+            prompts.meta_info = {**prompts.meta_info, GENERATION_CHUNK: index}
+            out = generate_fn(prompts, timing)
+            out.meta_info.pop(GENERATION_CHUNK, None)
             for key, seconds in timing.items():
                 timing_raw[key] = timing_raw.get(key, 0.0) + seconds
             out.non_tensor_batch[ROW_KEY] = self.submit(out)
