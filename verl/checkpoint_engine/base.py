@@ -230,7 +230,12 @@ class CheckpointEngine(ABC):
     @staticmethod
     def bucket_bytes_from_megabytes(megabytes: float) -> int:
         """``update_weights_bucket_megabytes`` in bytes (MiB, as verl counts them)."""
-        return max(1, math.ceil(megabytes * (1 << 20)))
+        if not megabytes > 0:
+            raise ValueError(
+                f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={megabytes}: the bucket "
+                "size must be positive"
+            )
+        return math.ceil(megabytes * (1 << 20))
 
     @abstractmethod
     def connect(self, master_addr: str, master_port: int) -> None:
