@@ -127,7 +127,9 @@ def _main(index: int, model: str, ports: tuple[int, int, int], out_dir: str) -> 
 def model_dir(tmp_path_factory):
     from verl.demo.tiny_model import make_tiny_model_dir
 
-    return make_tiny_model_dir(str(tmp_path_factory.mktemp("standalone") / "model"), hidden_size=64, num_layers=2)
+    # a tied LM head, as in SmolLM2 and Qwen2.5-0.5B: the stream leaves it out and the rollout's stays tied
+    root = tmp_path_factory.mktemp("standalone")
+    return make_tiny_model_dir(str(root / "model"), hidden_size=64, num_layers=2, tie_word_embeddings=True)
 
 
 def test_rollout_on_its_own_worker_receives_the_updated_actor(model_dir, tmp_path):
@@ -143,8 +145,10 @@ def test_rollout_on_its_own_worker_receives_the_updated_actor(model_dir, tmp_pat
     for sent, received in zip(actor["stats"], rollout["stats"], strict=True):
         assert sent.bytes == received.bytes == actor["param_bytes"]
         assert sent.buckets == received.buckets >= actor["param_bytes"] // 4096
-    # the weights the rollout holds are the updated actor's, exactly
-    assert actor["weights"].keys() <= rollout["weights"].keys()
+    # the weights the rollout holds are the updated actor's, exactly (its tied head is its embedding)
+    assert "lm_head.weight" not in actor["weights"]
+    assert actor["weights"].keys() == rollout["weights"].keys() - {"lm_head.weight"}
+    assert torch.equal(rollout["weights"]["lm_head.weight"], actor["weights"]["model.embed_tokens.weight"])
     for name, tensor in actor["weights"].items():
         assert torch.equal(rollout["weights"][name], tensor), name
     # and so are its greedy samples; before the update they differed (the update moved the policy)

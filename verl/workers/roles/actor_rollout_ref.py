@@ -370,6 +370,11 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
     def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
         """Restore this rank's shard saved by :meth:`save_checkpoint`."""
         assert self._is_actor or self._is_rollout, f"load_checkpoint: role {self.role!r} holds no checkpoint"
+        if self._standalone:
+            raise RuntimeError(
+                "a standalone rollout (actor_rollout_ref.hybrid_engine=False) holds no checkpoint: resume the actor, "
+                "then send its weights (send_weights / receive_weights)"
+            )
         self.actor_engine.load_checkpoint(
             local_path=local_path, hdfs_path=hdfs_path, del_local_after_load=del_local_after_load
         )
