@@ -120,3 +120,22 @@ def test_stats_become_trainer_metrics():
     metrics = SyncStats(version=4, bytes=2_000_000, seconds=0.5, buckets=2, tensors=10).metrics()
     assert metrics["checkpoint_engine/version"] == 4 and metrics["checkpoint_engine/bytes"] == 2e6
     assert metrics["checkpoint_engine/mb_per_s"] == pytest.approx(4.0)
+
+
+def test_the_local_transport_hands_each_transfer_to_every_receiver_once():
+    sender, *receivers = (build_checkpoint_engine("local", rank, 3, 64 / (1 << 20)) for rank in range(3))
+    for engine in (sender, *receivers):
+        engine.connect("in-process", 1)
+    stats = sender.send_weights(iter(_weights(2)), 2)
+    assert stats.bytes == _payload_bytes(_weights(2)) and stats.buckets > 1
+    with pytest.raises(RuntimeError, match=r"version 2 was not received by ranks \[1, 2\]"):
+        sender.send_weights(iter(_weights(3)), 3)
+    for engine in receivers:
+        received = list(engine.receive_weights())
+        assert engine.version == 2 and engine.last_stats.bytes == stats.bytes
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(received, _weights(2), strict=True))
+        with pytest.raises(RuntimeError, match="nothing to receive"):
+            next(engine.receive_weights())
+    sender.send_weights(iter(_weights(3)), 3)  # every receiver read version 2: the next one may go
+    for engine in (sender, *receivers):
+        engine.finalize()

@@ -51,7 +51,8 @@ def register_checkpoint_engine(*names: str):
 def resolve_backend(backend: str) -> str:
     """The transport that ``backend`` names on this device. verl's default, ``naive``, means a rollout in the
     trainer's own processes; for a rollout on workers of its own it stands for this device's collective backend
-    (gloo on CPU, nccl on CUDA, hccl on NPU)."""
+    (gloo on CPU, nccl on CUDA, hccl on NPU). ``local``: sender and receivers in one process (in-process worker
+    groups)."""
     if backend == "naive":
         from verl.utils.device import get_nccl_backend
 
@@ -61,7 +62,7 @@ def resolve_backend(backend: str) -> str:
 
 def get_checkpoint_engine_cls(backend: str, key: str = "actor_rollout_ref.rollout.checkpoint_engine.backend"):
     """The :class:`CheckpointEngine` registered for ``backend`` (after :func:`resolve_backend`)."""
-    from verl.checkpoint_engine import collective  # noqa: F401  (registers the built-in transports)
+    from verl.checkpoint_engine import collective, local  # noqa: F401  (registers the built-in transports)
 
     name = resolve_backend(backend)
     if name not in _REGISTRY:

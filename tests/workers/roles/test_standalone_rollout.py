@@ -155,3 +155,44 @@ def test_rollout_on_its_own_worker_receives_the_updated_actor(model_dir, tmp_pat
     assert torch.equal(rollout["responses"], actor["responses"])
     assert torch.equal(rollout["responses_v0"], rollout["responses_before"])  # version 0 = the checkpoint
     assert not torch.equal(rollout["responses"], rollout["responses_v0"])
+
+
+@pytest.fixture
+def _no_default_group_left():
+    """The in-process workers form a gloo group in the pytest process; later tests expect none."""
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_in_process_groups_sync_through_the_local_backend(model_dir, _no_default_group_left):
+    """The in-process worker group runs the actor's and the rollout's calls one after the other in the driver: the
+    ``local`` transport hands the buckets over in memory, where a collective would wait for the other side."""
+    import ray
+
+    from verl.single_controller.inprocess import InProcessWorkerGroup
+    from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
+
+    def group(hybrid: bool, role: str):
+        worker = RayClassWithInitArgs(ray.remote(ActorRolloutRefWorker), config=_config(model_dir, hybrid), role=role)
+        return InProcessWorkerGroup(RayResourcePool([1], use_gpu=False), worker)
+
+    actor_wg, rollout_wg = group(True, "actor_rollout"), group(False, "rollout")
+    actor_wg.init_model()
+    rollout_wg.init_model()
+    actor_wg.init_checkpoint_engine("in-process", 0, 2, 0, backend="local")
+    rollout_wg.init_checkpoint_engine("in-process", 0, 2, 1, backend="local")
+    actor_wg.update_actor(rollout_batch(vocab=VOCAB, seed=2))
+    [sent] = actor_wg.send_weights(5)
+    [received] = rollout_wg.receive_weights()
+    assert (sent.version, received.version) == (5, 5) and sent.bytes == received.bytes > 0
+    assert sent.buckets == received.buckets > 1  # 4 KiB buckets
+    expected = _prompts()
+    generated = rollout_wg.generate_sequences(expected)
+    assert set(generated.non_tensor_batch["weight_version"]) == {5}
+    assert torch.equal(generated.batch["responses"], actor_wg.generate_sequences(_prompts()).batch["responses"])
+    with pytest.raises(RuntimeError, match="nothing to receive"):
+        rollout_wg.receive_weights()  # each transfer is read once
+    actor_wg.close_checkpoint_engine()
+    rollout_wg.close_checkpoint_engine()
