@@ -18,13 +18,16 @@ from tests.workers.gpu_actor_steps import BATCH, RESPONSE_LEN, rollout_batch
 
 ACTOR_WORLD = 2
 VOCAB = 200
+NAME = "actor_rollout_ref.rollout.name"
 
 
-def _config(model: str, hybrid: bool):
+def _config(model: str, hybrid: bool, extra: tuple[str, ...] = ()):
+    """The ``actor_rollout_ref`` section on the tiny model (HF rollout unless ``extra`` names another)."""
     from tests.trainer.ppo_e2e_utils import compose_config
 
     return compose_config(
         [
+            *extra,
             f"actor_rollout_ref.model.path={model}",
             f"actor_rollout_ref.hybrid_engine={hybrid}",
             "actor_rollout_ref.actor.strategy=fsdp2",
@@ -34,7 +37,7 @@ def _config(model: str, hybrid: bool):
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
             "actor_rollout_ref.actor.use_kl_loss=False",
             "actor_rollout_ref.actor.entropy_coeff=0",
-            "actor_rollout_ref.rollout.name=hf",
+            *(() if any(o.startswith(f"{NAME}=") for o in extra) else (f"{NAME}=hf",)),
             "actor_rollout_ref.rollout.n=1",
             f"actor_rollout_ref.rollout.response_length={RESPONSE_LEN}",
             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
