@@ -51,8 +51,8 @@ def register_checkpoint_engine(*names: str):
 def resolve_backend(backend: str) -> str:
     """The transport that ``backend`` names on this device. verl's default, ``naive``, means a rollout in the
     trainer's own processes; for a rollout on workers of its own it stands for this device's collective backend
-    (gloo on CPU, nccl on CUDA, hccl on NPU). ``local``: sender and receivers in one process (in-process worker
-    groups)."""
+    (gloo on CPU, nccl on CUDA; NPUs have no transport yet). ``local``: sender and receivers in one process
+    (in-process worker groups)."""
     if backend == "naive":
         from verl.utils.device import get_nccl_backend
 
