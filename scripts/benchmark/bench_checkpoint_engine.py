@@ -46,6 +46,22 @@ SMOLLM2_135M = dict(
 BUCKETS_MB = (64, 512)
 
 
+def _row(figure: str, model: str, bucket_mb: int, side: str, runs: list) -> dict:
+    """One JSON line: a sync's bytes, buckets and tensors, and the median seconds (and MB/s) of ``runs``."""
+    seconds = statistics.median(s.seconds for s in runs)
+    return {
+        "figure": figure,
+        "model": model,
+        "bucket_mb": bucket_mb,
+        "side": side,
+        "bytes": runs[0].bytes,
+        "tensors": runs[0].tensors,
+        "buckets": runs[0].buckets,
+        "seconds": round(seconds, 4),
+        "mb_per_s": round(runs[0].bytes / 1e6 / seconds, 1),
+    }
+
+
 def _shapes(model: str) -> list[tuple[str, torch.Size]]:
     """``(hf_name, shape)`` of the model's weights in state-dict order, without building the weights."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -76,6 +92,11 @@ def _rank(rank: int, world: int, port: int, models: list[str], repeats: int, out
         total = sum(torch.Size(s).numel() * 4 for _, s in shapes)
         flat = torch.empty(total, dtype=torch.uint8)
         engine._broadcast(flat)  # warm-up: the first transfer of this size sets up gloo's buffers
+        if rank == 0:  # and one untimed sync
+            engine.send_weights(iter(weights), -1)
+        else:
+            for _ in engine.receive_weights():
+                pass
         baseline, syncs = [], {mb: [] for mb in BUCKETS_MB}
         for version in range(repeats):  # interleaved, so load from other processes hits every variant alike
             start = time.perf_counter()
@@ -91,23 +112,13 @@ def _rank(rank: int, world: int, port: int, models: list[str], repeats: int, out
                     syncs[bucket_mb].append(engine.last_stats)
         base = statistics.median(baseline)
         for bucket_mb, runs in syncs.items():
-            seconds = statistics.median(s.seconds for s in runs)
-            results.append(
-                {
-                    "figure": "checkpoint_engine_sync",
-                    "model": model,
-                    "bucket_mb": bucket_mb,
-                    "side": "sender" if rank == 0 else "receiver",
-                    "bytes": runs[0].bytes,
-                    "tensors": runs[0].tensors,
-                    "buckets": runs[0].buckets,
-                    "seconds": round(seconds, 4),
-                    "mb_per_s": round(runs[0].bytes / 1e6 / seconds, 1),
-                    "baseline_flat_broadcast_seconds": round(base, 4),
-                    "ratio_to_baseline": round(seconds / base, 3),
-                    "receivers": world - 1,
-                }
+            row = _row("checkpoint_engine_sync", model, bucket_mb, "sender" if rank == 0 else "receiver", runs)
+            row.update(
+                baseline_flat_broadcast_seconds=round(base, 4),
+                ratio_to_baseline=round(row["seconds"] / base, 3),
+                receivers=world - 1,
             )
+            results.append(row)
     engine.finalize()
     if rank == 0:
         with open(out, "w") as f:
@@ -137,8 +148,9 @@ def _model_dir(model: str, root: str) -> str:
     return make_tiny_model_dir(os.path.join(root, model), **dims)
 
 
-def _worker_rank(index: int, ports: tuple[int, int, int], models: list[str], root: str, repeats: int) -> None:
-    """Process 0: the FSDP2 actor (sender); process 1: the standalone HF rollout (receiver)."""
+def _worker_rank(index: int, ports: list[int], models: list[str], root: str, repeats: int) -> None:
+    """Process 0: the FSDP2 actor (sender); process 1: the standalone HF rollout (receiver). ``ports``: the two
+    processes' own worlds, then one transfer group per model."""
     from tests.trainer.ppo_e2e_utils import compose_config
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
@@ -162,25 +174,18 @@ def _worker_rank(index: int, ports: tuple[int, int, int], models: list[str], roo
         config = compose_config(overrides).actor_rollout_ref
         worker = ActorRolloutRefWorker(config, role="actor" if index == 0 else "rollout")
         worker.init_model()
-        worker.init_checkpoint_engine("127.0.0.1", ports[2] + model_index, 2, index)
+        worker.init_checkpoint_engine("127.0.0.1", ports[2 + model_index], 2, index)
+        if index == 0:  # a warm-up sync, untimed
+            worker.send_weights(-1)
+        else:
+            worker.receive_weights()
         for bucket_mb in BUCKETS_MB:
             worker.checkpoint_engine.bucket_bytes = bucket_mb << 20  # the sender's decides
             runs = []
             for version in range(repeats):
                 runs.append(worker.send_weights(version) if index == 0 else worker.receive_weights())
-            seconds = statistics.median(s.seconds for s in runs)
-            results.append(
-                {
-                    "figure": "worker_sync",
-                    "model": model,
-                    "bucket_mb": bucket_mb,
-                    "side": "actor send_weights (gather + send)" if index == 0 else "rollout receive_weights (+ load)",
-                    "bytes": runs[0].bytes,
-                    "buckets": runs[0].buckets,
-                    "seconds": round(seconds, 4),
-                    "mb_per_s": round(runs[0].bytes / 1e6 / seconds, 1),
-                }
-            )
+            side = "actor send_weights (gather + send)" if index == 0 else "rollout receive_weights (+ load)"
+            results.append(_row("worker_sync", model, bucket_mb, side, runs))
         worker.close_checkpoint_engine()
         del worker
     with open(os.path.join(root, f"worker{index}.jsonl"), "w") as f:
@@ -202,7 +207,7 @@ def _run_workers(models: list[str], repeats: int) -> None:
         for model in models:
             with open(os.path.join(root, f"{model}.path"), "w") as f:
                 f.write(_model_dir(model, root))
-        ports = (_free_port(), _free_port(), _free_port())
+        ports = [_free_port() for _ in range(2 + len(models))]  # each process's world, then one transfer per model
         mp.spawn(_worker_rank, args=(ports, models, root, repeats), nprocs=2, join=True)
         for index in range(2):
             with open(os.path.join(root, f"worker{index}.jsonl")) as f:
