@@ -10,7 +10,8 @@ The critic is loaded from a token-classification folder (its ``score`` head with
 sequence-classification folder (``score`` without bias: zero, as transformers initialises it for the FSDP RM).
 Values and scores must agree to 1e-4; after one critic update (value clipping, gradient clipping active) on the same
 batch with the same optimizer, the values must again agree to 1e-4 and the change of the values to 1e-3 of its size.
-A Megatron critic saved after the update and restored resumes exactly. A critic from a causal-LM folder (no
+A Megatron critic saved after the update and restored resumes exactly; its checkpoint's ``huggingface/`` folder and
+the model merger's output load as HF token-classification models with its weights. A critic from a causal-LM folder (no
 ``score``) starts from a head drawn as transformers draws a missing one (normal(0, initializer_range), zero bias),
 the same on every tensor-parallel rank.
 """
@@ -24,7 +25,7 @@ import torch.distributed as dist
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e .[megatron])")
 
 from tests.gloo_ranks import spawn_gloo_ranks  # noqa: E402
-from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN, rollout_batch  # noqa: E402
+from tests.workers.gpu_actor_steps import RESPONSE_LEN, rollout_batch  # noqa: E402
 
 WORLD = 2
 
@@ -58,6 +59,7 @@ def _config(models: dict, strategy: str, tp: int, pp: int, critic_path: str | No
                 f"{role}.megatron.sequence_parallel=False",
                 f"{role}.megatron.use_distributed_optimizer=False",
             ]
+        overrides.append("critic.checkpoint.save_contents=[model,optimizer,extra,hf_model]")
     config_name = "ppo_megatron_trainer" if strategy == "megatron" else "ppo_trainer"
     return compose_config(overrides, config_name)
 
@@ -99,7 +101,7 @@ def _steps(rank: int, models: dict, strategy: str, tp: int, pp: int, ckpt: str |
     result["rm_scores"] = _collect(rm.compute_rm_score(shard).batch["rm_scores"])
     if strategy == "megatron":
         after = _megatron_params(critic)
-        result["param_names"] = sorted(after)
+        result["after"] = after
         critic.save_checkpoint(ckpt, global_step=1)
         critic.update_critic(full.chunk(WORLD)[rank])
         second = _megatron_params(critic)
@@ -162,8 +164,19 @@ def test_megatron_critic_and_rm_equal_fsdp(models, tmp_path, tp, pp):
         assert diffs[key] < 1e-4, (key, diffs)
     assert diffs["update"] < 1e-3 and diffs["grad_norm"] < 1e-5, diffs
     # checkpoint: restored exactly, and the update after the resume equals the uninterrupted one
-    assert {"score.weight", "score.bias"} <= set(got["param_names"])
+    assert {"score.weight", "score.bias"} <= set(got["after"])
     assert got["second_moved"] > 1e-4 and got["restored_exact"] and got["resumed_exact"], got
+    # the checkpoint's huggingface/ folder, and the model merger's from the per-rank shards, are HF token-
+    # classification models of the saved critic
+    from transformers import AutoModelForTokenClassification
+
+    from verl.model_merger import main as merge
+
+    target = tmp_path / "merged"
+    merge(["merge", "--backend", "megatron", "--local_dir", ckpt, "--target_dir", str(target), "--dtype", "float32"])
+    for folder in (tmp_path / "global_step_1" / "critic" / "huggingface", target):
+        hf = AutoModelForTokenClassification.from_pretrained(str(folder)).state_dict()
+        assert set(got["after"]) <= set(hf) and all(torch.equal(hf[n], t) for n, t in got["after"].items()), folder
     if tp > 1:
         weights, biases = got["fresh_head"]
         assert torch.equal(weights[0], weights[1]) and biases.abs().max() == 0
