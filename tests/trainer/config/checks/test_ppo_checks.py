@@ -616,7 +616,18 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
 @pytest.mark.parametrize(
     "updates, message",
     [
-        ({"algorithm__adv_estimator": "gae"}, "algorithm.adv_estimator='gae' trains a critic"),
+        (
+            {"algorithm__adv_estimator": "gae", "critic__megatron__pipeline_model_parallel_size": 2},
+            "critic.megatron.pipeline_model_parallel_size=2 differs from the actor's (1)",
+        ),
+        (
+            {"algorithm__adv_estimator": "gae", "critic__strategy": "fsdp2"},
+            "critic.strategy='fsdp2' beside actor_rollout_ref.actor.strategy=megatron",
+        ),
+        (
+            {"reward_model__enable": True, "reward_model__megatron__param_offload": True},
+            "reward_model.megatron.param_offload=True is not implemented",
+        ),
         (
             {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
             "actor_rollout_ref.actor.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
@@ -641,13 +652,33 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "pipeline_model_parallel_size=2 must divide the model's 1 layers",  # the tiny test model has one
         ),
     ],
-    ids=["critic", "sp", "dist-opt", "cp", "offload", "cuda", "ulysses", "ref-sizes", "layers"],
+    ids=[
+        *("critic-sizes", "critic-fsdp", "rm-offload", "sp", "dist-opt", "cp"),
+        *("offload", "cuda", "ulysses", "ref-sizes", "layers"),
+    ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     with pytest.raises(ConfigError) as info:
         check_ppo_config(_megatron_grpo(base_cfg, **updates))
     assert message in str(info.value), str(info.value)
+
+
+def test_megatron_gae_and_reward_model_are_accepted(base_cfg):
+    """A Megatron critic and reward model beside the Megatron actor (same tensor / pipeline sizes) pass; a Megatron
+    critic or reward model beside an FSDP actor does not."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed")
+    no_dist_opt = {
+        f"{role}__megatron__use_distributed_optimizer": False
+        for role in ("actor_rollout_ref__actor", "critic", "reward_model")
+    }
+    rm = {"reward_model__enable": True, "reward_model__model__path": base_cfg.critic.model.path}
+    rm["reward_model__micro_batch_size_per_gpu"] = 2
+    check_ppo_config(_megatron_grpo(base_cfg, algorithm__adv_estimator="gae", **no_dist_opt, **rm))
+    for key in ("critic", "reward_model"):
+        updates = {"algorithm__adv_estimator": "gae", **rm, f"{key}__strategy": "megatron"}
+        with pytest.raises(ConfigError, match=rf"{key}.strategy='megatron' needs actor_rollout_ref.actor.strategy"):
+            check_ppo_config(_with(base_cfg, **updates))
 
 
 def test_megatron_without_megatron_core_says_how_to_install(base_cfg, monkeypatch):

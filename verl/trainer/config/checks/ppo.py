@@ -573,6 +573,8 @@ def _check_models(config, ctx: _Context) -> None:
                 f"{sp_key}={sp} must divide the model's num_attention_heads={heads} ({path_key}); "
                 f"use a divisor of {heads}"
             )
+        if path_key != "actor_rollout_ref.model.path":  # critic, reward_model (checked when they run megatron)
+            check_megatron_model(config, hf_config, path_key, section=path_key.split(".")[0])
         if path_key == "actor_rollout_ref.model.path":
             check_megatron_model(config, hf_config, path_key)
             ctx.policy_is_vlm = is_vision_language_config(hf_config)
