@@ -33,6 +33,7 @@ from verl.trainer.config.model import CriticModelConfig, FusedKernelOptions, HFM
 from verl.trainer.config.reward_model import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
 from verl.trainer.config.rollout import (
     AgentLoopConfig,
+    CheckpointEngineConfig,
     EngineKwargsConfig,
     MultiTurnConfig,
     RolloutConfig,
@@ -56,6 +57,7 @@ __all__ = [
     "CustomClsConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
+    "CheckpointEngineConfig",
     "EngineKwargsConfig",
     "FSDPConfig",
     "MegatronConfig",

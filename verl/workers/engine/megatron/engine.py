@@ -337,7 +337,7 @@ class MegatronEngine(TrainingEngine):
     # ------------------------------------------------------------------------------------------ weight hand-off
     def hf_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """The current weights as full HF-named tensors, layer by layer (collective: every rank iterates to the end;
-        see :func:`verl.workers.engine.megatron.weights.iter_hf_weights`)."""
+        see :func:`verl.workers.engine.megatron.weights.iter_hf_weights`); ``dtype``: cast to it on the way."""
         from verl.workers.engine.megatron.weights import iter_hf_weights
 
         return iter_hf_weights(self._module, self.hf_config, dtype)
