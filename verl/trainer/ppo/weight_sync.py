@@ -41,14 +41,6 @@ def _as_dict(stats) -> dict:
     return dict(stats)
 
 
-def _rank_zero_address(worker_group) -> tuple[str, int]:
-    """An address and a free port on the node of ``worker_group``'s rank 0 (the sender hosts the rendezvous)."""
-    worker = worker_group.workers[0]
-    pending = worker_group._execute_remote_single_worker(worker, "get_availale_master_addr_port")
-    addr, port = worker_group._resolve(pending)
-    return addr, int(port)
-
-
 class WeightSync:
     """Versioned weight transfers from ``actor_wg`` to ``rollout_wg``; ``version`` is the rollout's current one
     (None before the first transfer) and ``history`` holds every transfer's stats."""
@@ -57,7 +49,7 @@ class WeightSync:
         self.actor_wg, self.rollout_wg = actor_wg, rollout_wg
         self.version: int | None = None
         self.history: list[dict] = []
-        addr, port = _rank_zero_address(actor_wg)
+        addr, port = actor_wg.checkpoint_engine_address()[0]  # the sender, actor rank 0, hosts the rendezvous
         world_size = 1 + rollout_wg.world_size  # the sender and every rollout rank
         call_together(
             lambda: actor_wg.init_checkpoint_engine(addr, port, world_size, 0),
