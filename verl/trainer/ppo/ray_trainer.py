@@ -467,7 +467,9 @@ class RayPPOTrainer:
         """
         metrics: dict = {}
         batch = self._generate(batch, timing_raw)
-        return self._train_on_generated(batch, metrics, timing_raw), metrics
+        with marked_timer("train", timing_raw):  # reward to update: what a standalone rollout could overlap
+            batch = self._train_on_generated(batch, metrics, timing_raw)
+        return batch, metrics
 
     def _train_on_generated(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
         """Everything of a step after generation: agent-loop metrics, balancing, reward, then the updates."""
