@@ -1,6 +1,7 @@
 """The one-step off-policy trainer against the synchronous trainers on the same work: the built-in demo task.
 
     python scripts/benchmark/bench_one_step_off_policy.py [--steps 20] [--modes hybrid_sync,standalone_sync,one_step]
+        [--timeline_out docs/images/one_step_off_policy_timeline.png] [--from_json saved_output.jsonl]
 
 Each mode runs the demo (GRPO on the shipped arithmetic task and model, same seed, same steps, validation before
 training and after the last step) in a subprocess, on CPU unless a GPU is visible:
@@ -99,6 +100,7 @@ def run_mode(mode: str, steps: int, work_dir: str, extra: list[str], timeout: in
         "mean_update_s": round(mean("timing_s/train"), 3),
         "mean_overlap_s": round(mean("timing_s/overlap"), 3),
         "mean_sync_s": round(mean("timing_s/sync_rollout_weights"), 4),
+        "mean_wait_prev_gen_s": round(mean("timing_s/wait_prev_gen"), 3),
         "sync_bytes": max((r.get("checkpoint_engine/bytes", 0) for r in per_step), default=0),
         "val_before": vals[0][VAL_KEY] if vals else None,
         "val_final": vals[-1][VAL_KEY] if vals else None,
@@ -107,15 +109,62 @@ def run_mode(mode: str, steps: int, work_dir: str, extra: list[str], timeout: in
     return summary
 
 
+def draw_timeline(results: dict, path: str) -> None:
+    """One step of each mode to scale, from the modes' mean figures (steps 2..N): a row per pool."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"generate": "#4c9be8", "train": "#f39c4a", "sync": "#6c6c6c", "wait": "#d9d9d9"}
+    rows = []  # (label, [(phase, start, length)])
+    for mode, r in results.items():
+        gen, upd, sync = r["mean_gen_s"], r["mean_update_s"], r["mean_sync_s"]
+        if mode == "hybrid_sync":
+            rows.append(("hybrid: actor+rollout", [("generate", 0, gen), ("train", gen, upd)]))
+        elif mode == "standalone_sync":
+            rows.append(("standalone sync: rollout", [("sync", 0, sync), ("generate", sync, gen)]))
+            rows.append(("standalone sync: trainer", [("sync", 0, sync), ("train", sync + gen, upd)]))
+        elif mode == "one_step":
+            wait = r["mean_wait_prev_gen_s"]
+            rows.append(("one-step: rollout (batch k+1)", [("sync", wait, sync), ("generate", wait + sync, gen)]))
+            rows.append(
+                ("one-step: trainer (batch k)", [("wait", 0, wait), ("sync", wait, sync), ("train", wait + sync, upd)])
+            )
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.2))
+    for y, (_, phases) in enumerate(reversed(rows)):
+        for phase, start, length in phases:
+            ax.barh(y, length, left=start, color=colors[phase], edgecolor="black", height=0.6)
+    ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)])
+    ax.set_xlabel("seconds within one step (means of steps 2..N)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    ax.legend(handles, list(colors), loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--work_dir", default=None)
     parser.add_argument("--timeout", type=int, default=3600)
+    parser.add_argument("--timeline_out", default=None, help="draw one step of each mode (PNG) here")
+    parser.add_argument("--from_json", default=None, help="draw from a previous run's output instead of running")
     args, extra = parser.parse_known_args(argv)
+    if args.from_json:  # the summary lines of an earlier run (e.g. its saved stdout)
+        with open(args.from_json) as f:
+            lines = [json.loads(line) for line in f if line.strip().startswith("{")]
+        results = {r["mode"]: r for r in lines if "wall_s" in r}
+        for mode, summary in results.items():  # older outputs lack the mean wait: from the per-step lines
+            waits = [r["wait_prev_gen_s"] or 0.0 for r in lines if r.get("mode") == mode and r.get("step", 0) >= 2]
+            summary.setdefault("mean_wait_prev_gen_s", sum(waits) / len(waits) if waits else 0.0)
+        draw_timeline(results, args.timeline_out)
+        return 0
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="verl_one_step_bench_")
     results = {mode: run_mode(mode, args.steps, work_dir, extra, args.timeout) for mode in args.modes.split(",")}
+    if args.timeline_out:
+        draw_timeline(results, args.timeline_out)
     one_step = results.get("one_step")
     for baseline in ("hybrid_sync", "standalone_sync"):
         if one_step and baseline in results:

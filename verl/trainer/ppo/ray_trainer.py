@@ -474,7 +474,6 @@ class RayPPOTrainer:
     def _train_on_generated(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
         """Everything of a step after generation: agent-loop metrics, balancing, reward, then the updates."""
         metrics.update(pop_agent_loop_metrics(batch))  # the agent loops' turns, tool calls, ... (all ranks)
-        self._record_weight_staleness(batch, metrics)
         self._balance_and_count_tokens(batch, metrics)
         with marked_timer("reward", timing_raw):
             batch, reward = self._compute_reward(batch, timing_raw)
@@ -539,6 +538,7 @@ class RayPPOTrainer:
     ) -> DataProto:
         """The second half of a step, on generated rollouts whose reward is ``reward`` (None: already on the batch):
         old log-probs, reference, values, advantages, critic and actor updates, rollout dump."""
+        self._record_weight_staleness(batch, metrics)  # a standalone rollout's samples: which weights made them
         with marked_timer("old_log_prob", timing_raw):
             batch = self._compute_old_log_prob(batch, metrics, timing_raw)
         if self.use_reference_policy:
