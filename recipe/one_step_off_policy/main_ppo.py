@@ -12,6 +12,7 @@ import hydra
 
 from verl.demo.default_run import DEMO_VALUES
 from verl.trainer.config import ConfigError, PPOConfig
+from verl.trainer.config.errors import raise_config_errors
 from verl.trainer.main_ppo import apply_demo_for_command_line, run_ppo
 
 __all__ = ["DEMO_VALUES_ONE_STEP", "check_one_step_off_config", "main", "run_one_step_off_policy"]
@@ -51,10 +52,7 @@ def check_one_step_off_config(config) -> None:
             "algorithm.adv_estimator='remax' needs a greedy generation with the weights of the step it trains; the "
             "one-step off-policy trainer does not run it. Use grpo, rloo, reinforce_plus_plus, opo or gae"
         )
-    if len(errors) == 1:
-        raise ConfigError(errors[0])
-    if errors:
-        raise ConfigError(f"{len(errors)} config errors:\n  - " + "\n  - ".join(errors))
+    raise_config_errors(errors)
 
 
 if __name__ == "__main__":

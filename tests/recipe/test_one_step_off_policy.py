@@ -13,9 +13,17 @@ import os
 import pytest
 import torch.distributed as dist
 
-from tests.trainer.ppo_e2e_utils import base_overrides, make_workspace, parse_console_metrics, run_main_ppo
+from recipe.one_step_off_policy.main_ppo import check_one_step_off_config
+from tests.trainer.ppo_e2e_utils import (
+    base_overrides,
+    compose_config,
+    make_workspace,
+    parse_console_metrics,
+    run_main_ppo,
+)
 from tests.trainer.test_multi_turn_e2e import _gsm8k_tool_data, _overrides
 from verl.demo.tiny_model import make_tiny_model_dir
+from verl.trainer.config import ConfigError
 
 STANDALONE = ["actor_rollout_ref.hybrid_engine=False", "trainer.n_gpus_per_node=1", "rollout.n_gpus_per_node=1"]
 
@@ -77,3 +85,25 @@ def test_standalone_rollout_synchronous_grpo_with_gsm8k_tools(tmp_path):
         assert step["actor/pg_loss"] == step["actor/pg_loss"]
     # the step-2 generation waited for version 1, sent after step 1's update
     assert steps[1]["checkpoint_engine/version"] == 1 and steps[1]["checkpoint_engine/bytes"] > 0
+
+
+def test_recipe_config_refuses_hybrid_engine_and_remax():
+    check_one_step_off_config(compose_config(["actor_rollout_ref.hybrid_engine=False"]))
+    with pytest.raises(ConfigError, match=r"hybrid_engine=True.*set actor_rollout_ref.hybrid_engine=False"):
+        check_one_step_off_config(compose_config([]))
+    overrides = ["actor_rollout_ref.hybrid_engine=False", "algorithm.adv_estimator=remax"]
+    with pytest.raises(ConfigError, match=r"adv_estimator='remax'.*Use grpo"):
+        check_one_step_off_config(compose_config(overrides))
+
+
+def test_recipe_yaml_is_verls():
+    from hydra import compose, initialize_config_dir
+
+    import recipe.one_step_off_policy
+
+    folder = os.path.join(os.path.dirname(recipe.one_step_off_policy.__file__), "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        config = compose(config_name="one_step_off_ppo_trainer")
+    assert config.actor_rollout_ref.hybrid_engine is False
+    assert config.rollout.nnodes == 1 and config.rollout.n_gpus_per_node == 8  # verl's recipe defaults
+    assert config.trainer.n_gpus_per_node == 8  # the rest is ppo_trainer's

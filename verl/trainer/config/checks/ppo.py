@@ -29,6 +29,7 @@ from verl.trainer.config.checks.multi_turn import check_multi_turn
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
 from verl.trainer.config.checks.vlm import check_vision_language_policy
+from verl.trainer.config.errors import raise_config_errors
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
 from verl.utils.fs import is_model_id, resolve_modelscope_model, use_modelscope
 from verl.utils.tracking import UnknownBackendError, normalize_backends
@@ -692,7 +693,4 @@ def check_ppo_config(
             check(config, ctx)
         except ConfigError as exc:
             errors.append(str(exc))
-    if len(errors) == 1:
-        raise ConfigError(errors[0])
-    if errors:
-        raise ConfigError(f"{len(errors)} config errors:\n  - " + "\n  - ".join(errors))
+    raise_config_errors(errors)
