@@ -19,7 +19,7 @@ from verl.demo.assets import resolve_builtin_paths
 from verl.demo.default_run import apply_builtin_demo, command_line_keys, describe_choices
 from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
-from verl.trainer.ppo.reward import load_reward_manager
+from verl.trainer.ppo.reward import get_served_reward_model, load_reward_manager
 from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 from verl.utils.logging_utils import set_basic_config
 
@@ -169,7 +169,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
         role_worker_mapping[Role.Actor] = role_worker_mapping[Role.Rollout] = ray_actor_class(actor_cls)
         mapping[Role.Actor], mapping[Role.Rollout] = pool, ROLLOUT_POOL
         pool_spec[ROLLOUT_POOL] = [typed.rollout.n_gpus_per_node] * typed.rollout.nnodes
-    if typed.reward_model.enable:
+    if typed.reward_model.enable and not typed.reward_model.use_reward_loop:  # the reward loop serves the model
         from verl.workers.roles.reward_model import RewardModelWorker
 
         role_worker_mapping[Role.RewardModel] = ray_actor_class(reward_model_cls or RewardModelWorker)
@@ -218,6 +218,9 @@ class _TaskRunner:
         )
         if start_ray is not None:
             start_ray()
+        served = get_served_reward_model(config)
+        if served is not None:  # a served judge's replicas load now, not inside the first step's reward phase
+            served.start()
         trainer.init_workers()
         trainer.fit()
 

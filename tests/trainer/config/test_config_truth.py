@@ -45,6 +45,10 @@ _REFUSED = "refused when set (checks.runtime_support; test_switch_is_honoured_or
 _FSDP1 = "FSDP1 only (strategy=fsdp on an accelerator); refused under FSDP2 (test_switch_is_honoured_or_refused)"
 _MT_LOOP = "the tool agent loop after a turn that ends on a stop token (tests/multi_turn/test_agent_loop_rollout.py)"
 _MT_REFUSED = "refused with multi_turn.enable=True (checks.multi_turn); inert while multi-turn is off"
+_SERVED = (
+    "with reward_model.use_reward_loop=True and enable=True, else refused when changed (checks.reward_loop; "
+    "test_reward_loop_example, test_served_reward_model, test_reward_loop_checks)"
+)
 _RM_REFUSED = "refused with reward_model.enable=True (checks.runtime_support); inert otherwise"
 _RM_TEMPLATE = "test_trainer_inprocess::test_reward_model_with_its_own_chat_template"
 _LORA = "lora_rank > 0 (test_vllm_grpo_e2e::test_hand_off_keeps_rollout_and_actor_log_probs_equal[lora])"
@@ -117,6 +121,10 @@ NOT_READ_HERE: dict[str, str] = {
     "reward_model.overlong_buffer.*": "with reward_manager=dapo, else enable=True is refused (checks.ppo; "
     "test_reward_managers::test_dapo_overlong_penalty_and_eos_strip)",
     "reward_model.truncation": "re-templating for the RM's own tokenizer (" + _RM_TEMPLATE + ")",
+    **{
+        f"reward_model.{key}": _SERVED
+        for key in ("enable_resource_pool", "n_gpus_per_node", "nnodes", "rollout.*", "reward_combine.*")
+    },
 }
 # read only by the vLLM run: excused (covered by tests/workers/rollout/test_vllm_*.py) where vllm is not installed
 VLLM_ONLY: frozenset[str] = frozenset(

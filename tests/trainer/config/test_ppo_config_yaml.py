@@ -198,6 +198,12 @@ CODE_DEFAULT_KEYS = {
     "reward_model.overlong_buffer": {"enable": False, "len": 4096, "penalty_factor": 1.0, "log": False},
     "reward_model.max_concurrent": 1, "reward_model.max_rpm": None, "reward_model.max_tpm": None,
     "reward_model.estimated_tokens_per_request": 2000, "reward_model.timeout": 300.0,
+    # verl's reward loop (verl >= 0.6) and hybrid reward sources (ours)
+    "reward_model.use_reward_loop": False, "reward_model.enable_resource_pool": False,
+    "reward_model.n_gpus_per_node": 0, "reward_model.nnodes": 0, "reward_model.num_workers": 8,
+    "reward_model.rollout": {"name": None, "dtype": "bfloat16", "tensor_model_parallel_size": 2,
+                             "prompt_length": 2048, "response_length": 2048},
+    "reward_model.reward_sources": [], "reward_model.reward_combine": {"path": None, "name": "combine"},
     "algorithm.filter_groups": {"enable": False, "metric": None, "max_num_gen_batches": 0},
     "trainer.remove_previous_ckpt_in_save": False, "ray_init.include_dashboard": None,
 }

@@ -8,7 +8,15 @@ from verl.trainer.config.model import RewardModelModelConfig
 from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
 
-__all__ = ["RATE_LIMIT_KEYS", "OverlongBufferConfig", "RewardModelConfig", "SandboxFusionConfig"]
+__all__ = [
+    "RATE_LIMIT_KEYS",
+    "OverlongBufferConfig",
+    "RewardCombineConfig",
+    "RewardModelConfig",
+    "RewardModelRolloutConfig",
+    "RewardSourceConfig",
+    "SandboxFusionConfig",
+]
 
 # reward_model keys that only the rate_limited manager reads (its constructor takes them by these names)
 RATE_LIMIT_KEYS = ("max_concurrent", "max_rpm", "max_tpm", "estimated_tokens_per_request", "timeout")
@@ -31,6 +39,40 @@ class SandboxFusionConfig(BaseConfig):
     url: str | None = None
     max_concurrent: int = 64
     memory_limit_mb: int = 1024
+
+
+@dataclass
+class RewardModelRolloutConfig(BaseConfig):
+    """`reward_model.rollout` (verl's reward loop): the engine serving a generative reward model's replicas."""
+
+    name: str | None = None
+    dtype: str = "bfloat16"
+    tensor_model_parallel_size: int = 2
+    prompt_length: int = 2048
+    response_length: int = 2048
+
+
+@dataclass
+class RewardSourceConfig(BaseConfig):
+    """One entry of `reward_model.reward_sources` (ours): a named reward source of a hybrid reward.
+
+    ``type=function``: ``function`` from the file ``path`` (null path: custom_reward_function, else the built-in rules),
+    scored by the configured reward manager; ``type=reward_model``: the reward-model worker's score (rm_scores)."""
+
+    name: str = "rule"
+    type: str = "function"
+    weight: float = 1.0
+    path: str | None = None
+    function: str = "compute_score"
+
+
+@dataclass
+class RewardCombineConfig(BaseConfig):
+    """`reward_model.reward_combine` (ours): ``name`` in the file ``path`` combines the sources' per-sample scores;
+    null path: their weighted sum."""
+
+    path: str | None = None
+    name: str = "combine"
 
 
 @dataclass
@@ -58,3 +100,11 @@ class RewardModelConfig(BaseConfig):
     max_tpm: float | None = None
     estimated_tokens_per_request: int = 2000
     timeout: float = 300.0
+    use_reward_loop: bool = False
+    enable_resource_pool: bool = False
+    n_gpus_per_node: int = 0
+    nnodes: int = 0
+    num_workers: int = 8
+    rollout: RewardModelRolloutConfig = field(default_factory=RewardModelRolloutConfig)
+    reward_sources: list[RewardSourceConfig] = field(default_factory=list)
+    reward_combine: RewardCombineConfig = field(default_factory=RewardCombineConfig)

@@ -34,7 +34,7 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.mfu import PhaseMFU
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
-from verl.trainer.ppo.reward import PendingReward, compute_reward, submit_reward
+from verl.trainer.ppo.reward import PendingReward, compute_reward, reward_source_metrics, submit_reward
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
 from verl.trainer.ppo.weight_sync import WeightSync
 from verl.utils.debug import marked_timer
@@ -420,6 +420,7 @@ class RayPPOTrainer:
             batch = self._store_reward(batch, reward)
             # reward calls that failed or timed out and scored 0 (a manager reports them per sample)
             metrics["reward/failed_calls"] = int(np.sum(batch.non_tensor_batch.get("reward_call_failed", 0)))
+            metrics.update(reward_source_metrics(batch.non_tensor_batch))  # hybrid rewards: reward/<source>/mean
         batch = self._apply_kl_in_reward(batch, metrics)
         algorithm = self.ppo_config.algorithm
         return compute_advantage(

@@ -16,10 +16,13 @@ from verl.utils.reward_score import default_compute_score
 
 __all__ = [
     "PendingReward",
+    "bind_reward_loop_args",
     "compute_reward",
     "compute_reward_async",
     "get_custom_reward_fn",
+    "get_served_reward_model",
     "load_reward_manager",
+    "reward_source_metrics",
     "submit_reward",
 ]
 
@@ -29,35 +32,25 @@ def _typed(config) -> PPOConfig:
     return PPOConfig.from_config(config if config is not None else {})
 
 
-def get_custom_reward_fn(config):
-    """The user's ``custom_reward_function.name`` from the file ``custom_reward_function.path``; None if no path.
-
-    The returned wrapper adds ``custom_reward_function.reward_kwargs`` to every call.
-    """
-    reward_fn_config = _typed(config).custom_reward_function
-    file_path = reward_fn_config.path
-    if not file_path:
-        return None
+def _load_function(file_path: str, function_name: str, reward_kwargs: dict, key: str, module_name: str):
+    """``function_name`` from the file ``file_path``, ``reward_kwargs`` added to every call; errors name ``key``."""
     if not os.path.exists(file_path):
-        raise FileNotFoundError(f"custom_reward_function.path={file_path!r}: reward function file not found")
+        raise FileNotFoundError(f"{key}.path={file_path!r}: reward function file not found")
 
-    spec = importlib.util.spec_from_file_location("custom_module", file_path)
+    spec = importlib.util.spec_from_file_location(module_name, file_path)
     module = importlib.util.module_from_spec(spec)
     try:
         # registered so pickling by reference (Ray, process pools) finds the module again
-        sys.modules["custom_module"] = module
+        sys.modules[module_name] = module
         spec.loader.exec_module(module)
     except Exception as e:
-        raise RuntimeError(f"Error loading module from custom_reward_function.path={file_path!r}: {e}") from e
+        raise RuntimeError(f"Error loading module from {key}.path={file_path!r}: {e}") from e
 
-    function_name = reward_fn_config.name
     if not hasattr(module, function_name):
-        raise AttributeError(
-            f"custom_reward_function.name={function_name!r} is not defined in custom_reward_function.path={file_path!r}"
-        )
+        raise AttributeError(f"{key}.name={function_name!r} is not defined in {key}.path={file_path!r}")
     print(f"using customized reward function '{function_name}' from '{file_path}'")
     raw_fn = getattr(module, function_name)
-    reward_kwargs = dict(reward_fn_config.reward_kwargs or {})
+    reward_kwargs = dict(reward_kwargs or {})
 
     @functools.wraps(raw_fn)
     def wrapped_fn(*args, **kwargs):
@@ -66,28 +59,124 @@ def get_custom_reward_fn(config):
     return wrapped_fn
 
 
-def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
-    """Build ``reward_model.reward_manager`` (default ``naive``) around the custom or default scoring function."""
-    from verl.workers.reward_manager import get_reward_manager_cls
+def get_custom_reward_fn(config):
+    """The user's ``custom_reward_function.name`` from the file ``custom_reward_function.path``; None if no path.
 
+    The returned wrapper adds ``custom_reward_function.reward_kwargs`` to every call.
+    """
+    reward_fn_config = _typed(config).custom_reward_function
+    if not reward_fn_config.path:
+        return None
+    return _load_function(
+        reward_fn_config.path,
+        reward_fn_config.name,
+        reward_fn_config.reward_kwargs,
+        "custom_reward_function",
+        "custom_module",
+    )
+
+
+_SERVED: dict[tuple, object] = {}
+
+
+def get_served_reward_model(config):
+    """The run's served generative reward model (``reward_model.use_reward_loop`` and ``enable``), not yet started;
+    None otherwise. One per process for a given model and replica count (shared by the train and val rewards)."""
     typed = _typed(config)
-    reward_manager_cls = get_reward_manager_cls(typed.reward_model.reward_manager)
+    rm = typed.reward_model
+    if not (rm.use_reward_loop and rm.enable):
+        return None
+    from verl.utils.fs import copy_to_local
+    from verl.workers.reward_model.served import ServedRewardModel
 
-    compute_score = get_custom_reward_fn(typed)
-    if compute_score is None:
-        sandbox = typed.reward_model.sandbox_fusion
-        if sandbox.url:
-            # one semaphore shared by every process the manager may use bounds the sandbox's load
-            semaphore = multiprocessing.Manager().Semaphore(sandbox.max_concurrent)
-            compute_score = functools.partial(
-                default_compute_score,
-                sandbox_fusion_url=sandbox.url,
-                concurrent_semaphore=semaphore,
-                memory_limit_mb=sandbox.memory_limit_mb,
-            )
-        else:
-            compute_score = default_compute_score
+    if rm.enable_resource_pool:
+        slots, num_cpus = rm.n_gpus_per_node * rm.nnodes, 1.0
+    else:  # colocated: as many replicas as the trainer has slots, sharing its CPUs
+        slots, num_cpus = typed.trainer.n_gpus_per_node * typed.trainer.nnodes, 0.0
+    replicas = max(1, slots // max(1, rm.rollout.tensor_model_parallel_size))
+    key = (rm.model.path, replicas, num_cpus, rm.rollout.dtype)
+    if key not in _SERVED:
+        _SERVED[key] = ServedRewardModel(
+            copy_to_local(rm.model.path),
+            replicas=replicas,
+            num_cpus=num_cpus,
+            dtype=rm.rollout.dtype,
+            max_prompt_tokens=rm.rollout.prompt_length,
+            max_response_tokens=rm.rollout.response_length,
+            trust_remote_code=rm.model.trust_remote_code,
+        )
+    return _SERVED[key]
 
+
+_LOOP_ARGS = ("reward_router_address", "reward_model_tokenizer")
+
+
+def bind_reward_loop_args(fn, served):
+    """``fn`` called with verl's reward-loop arguments ``reward_router_address`` (``"127.0.0.1:<port>"`` of the served
+    reward model's router) and ``reward_model_tokenizer``, those of them it accepts; sync or ``async`` as ``fn`` is.
+    The address is read at call time, so the replicas start on the first call (or when the trainer starts them)."""
+    from verl.workers.reward_manager.async_scoring import is_async_fn
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    wanted = [name for name in _LOOP_ARGS if takes_any or name in params]
+    if not wanted:
+        return fn
+
+    def loop_args() -> dict:
+        values = {"reward_router_address": served.address, "reward_model_tokenizer": served.tokenizer}
+        return {name: values[name] for name in wanted}
+
+    if is_async_fn(fn):
+
+        @functools.wraps(fn)
+        async def bound_async(*args, **kwargs):
+            return await fn(*args, **kwargs, **loop_args())
+
+        return bound_async
+
+    @functools.wraps(fn)
+    def bound(*args, **kwargs):
+        return fn(*args, **kwargs, **loop_args())
+
+    return bound
+
+
+def reward_source_metrics(non_tensor_batch: dict) -> dict[str, float]:
+    """``reward/<name>/{mean,max,min}`` of each hybrid reward source's per-sample scores (``reward_source/<name>``)."""
+    import numpy as np
+
+    from verl.workers.reward_manager.hybrid import SOURCE_PREFIX
+
+    metrics = {}
+    for key, values in non_tensor_batch.items():
+        if key.startswith(SOURCE_PREFIX):
+            scores = np.asarray(values, dtype=np.float64)
+            name = key[len(SOURCE_PREFIX) :]
+            metrics[f"reward/{name}/mean"] = float(scores.mean())
+            metrics[f"reward/{name}/max"] = float(scores.max())
+            metrics[f"reward/{name}/min"] = float(scores.min())
+    return metrics
+
+
+def _default_scoring_fn(typed):
+    sandbox = typed.reward_model.sandbox_fusion
+    if sandbox.url:
+        # one semaphore shared by every process the manager may use bounds the sandbox's load
+        semaphore = multiprocessing.Manager().Semaphore(sandbox.max_concurrent)
+        return functools.partial(
+            default_compute_score,
+            sandbox_fusion_url=sandbox.url,
+            concurrent_semaphore=semaphore,
+            memory_limit_mb=sandbox.memory_limit_mb,
+        )
+    return default_compute_score
+
+
+def _build_manager(typed, reward_manager_cls, compute_score, tokenizer, num_examine: int, reward_kwargs: dict):
     # DAPO's overlong shaping needs the response budget and its buffer: handed to any manager that takes them (as
     # verl's main_dapo does), here so that the Ray task of launch_reward_fn_async builds the same manager
     params = inspect.signature(reward_manager_cls.__init__).parameters
@@ -95,19 +184,67 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
     from_config = {
         "max_resp_len": typed.data.max_response_length,
         "overlong_buffer_cfg": rm.overlong_buffer,
+        "num_workers": rm.num_workers,
         **{key: getattr(rm, key) for key in RATE_LIMIT_KEYS},
     }
+    reward_kwargs = dict(reward_kwargs)
     for name, value in from_config.items():
         if name in params and name not in reward_kwargs:
             reward_kwargs[name] = value
-    reward_fn_key = typed.data.reward_fn_key
     return reward_manager_cls(
         tokenizer=tokenizer,
         num_examine=num_examine,
         compute_score=compute_score,
-        reward_fn_key=reward_fn_key,
+        reward_fn_key=typed.data.reward_fn_key,
         **reward_kwargs,
     )
+
+
+def _hybrid_manager(typed, reward_manager_cls, custom_fn, served, tokenizer, num_examine: int, reward_kwargs: dict):
+    """``reward_model.reward_sources``: one manager per function source (or the rm worker's score), combined."""
+    from verl.workers.reward_manager import HybridRewardManager, RewardSource
+
+    rm = typed.reward_model
+    sources = []
+    for i, source in enumerate(rm.reward_sources):
+        if source.type == "reward_model":
+            sources.append(RewardSource(source.name, source.weight, None))
+            continue
+        if source.path:
+            key = f"reward_model.reward_sources[{i}]"
+            fn = _load_function(source.path, source.function, {}, key, f"reward_source_{source.name}")
+        else:
+            fn = custom_fn or _default_scoring_fn(typed)
+        if served is not None:
+            fn = bind_reward_loop_args(fn, served)
+        manager = _build_manager(typed, reward_manager_cls, fn, tokenizer, 0, reward_kwargs)
+        sources.append(RewardSource(source.name, source.weight, manager))
+    combine = None
+    if rm.reward_combine.path:
+        combine = _load_function(
+            rm.reward_combine.path, rm.reward_combine.name, {}, "reward_model.reward_combine", "reward_combine"
+        )
+    return HybridRewardManager(tokenizer, num_examine, sources, combine, reward_fn_key=typed.data.reward_fn_key)
+
+
+def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
+    """Build ``reward_model.reward_manager`` (default ``naive``) around the custom or default scoring function.
+
+    With ``reward_model.use_reward_loop`` and ``enable``, the custom function also gets ``reward_router_address`` and
+    ``reward_model_tokenizer`` (those it accepts); with ``reward_model.reward_sources``, the manager is a hybrid of
+    one manager per source."""
+    from verl.workers.reward_manager import get_reward_manager_cls
+
+    typed = _typed(config)
+    reward_manager_cls = get_reward_manager_cls(typed.reward_model.reward_manager)
+    served = get_served_reward_model(typed)
+    custom_fn = get_custom_reward_fn(typed)
+    if typed.reward_model.reward_sources:
+        return _hybrid_manager(typed, reward_manager_cls, custom_fn, served, tokenizer, num_examine, reward_kwargs)
+    compute_score = custom_fn if custom_fn is not None else _default_scoring_fn(typed)
+    if served is not None and custom_fn is not None:
+        compute_score = bind_reward_loop_args(compute_score, served)
+    return _build_manager(typed, reward_manager_cls, compute_score, tokenizer, num_examine, reward_kwargs)
 
 
 def compute_reward(data: DataProto, reward_fn) -> tuple:

@@ -26,6 +26,7 @@ from verl.trainer.config.batch_sizes import (
 from verl.trainer.config.checks.data import check_data_files
 from verl.trainer.config.checks.megatron import check_megatron, check_megatron_model
 from verl.trainer.config.checks.multi_turn import check_multi_turn
+from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_reward_model
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
 from verl.trainer.config.checks.vlm import check_vision_language_policy
@@ -633,6 +634,12 @@ def _check_megatron(config, ctx: _Context) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def _check_reward_loop(config, ctx: _Context) -> None:
+    problems = check_reward_loop(config, check_paths=ctx.check_paths)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 def _check_runtime_support(config, ctx: _Context) -> None:
     check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref, use_rm=ctx.use_rm)
 
@@ -648,6 +655,7 @@ _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_trainer,
     _check_overlong_buffer,
     _check_rate_limits,
+    _check_reward_loop,
     _check_device,
     _check_standalone_rollout,
     _check_files,
@@ -682,7 +690,7 @@ def check_ppo_config(
         n_gpus=per_node * nnodes,
         use_critic=uses_critic(config),
         use_ref=uses_reference_policy(config),
-        use_rm=bool(_get(config, "reward_model.enable")),
+        use_rm=bool(_get(config, "reward_model.enable")) and not serves_reward_model(config),
         check_paths=check_paths,
         check_device=check_device,
         extra_estimators=tuple(extra_adv_estimators),

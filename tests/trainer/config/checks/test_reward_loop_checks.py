@@ -1,0 +1,81 @@
+"""The reward-loop checks: a served generative reward model, hybrid sources and the remote manager are refused
+before Ray when they cannot run, each message naming the key and the value."""
+
+import pytest
+
+from verl.trainer.config import PPOConfig
+from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_reward_model
+
+SERVED = {
+    "use_reward_loop": True,
+    "enable": True,
+    "model": {"path": "/judge"},
+    "rollout": {"name": "hf", "tensor_model_parallel_size": 1},
+}
+
+
+def config(reward_model=None, custom_path="/fn.py"):
+    return PPOConfig.from_config({"reward_model": reward_model or {}, "custom_reward_function": {"path": custom_path}})
+
+
+def problems(**kwargs):
+    return check_reward_loop(config(**kwargs), check_paths=False)
+
+
+def test_defaults_and_a_servable_judge_pass():
+    assert problems(custom_path=None) == []
+    assert serves_reward_model(config(SERVED)) and problems(reward_model=SERVED) == []
+    assert not serves_reward_model(config({"use_reward_loop": True}))
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"rollout": {"name": None, "tensor_model_parallel_size": 1}}, "reward_model.rollout.name=None"),
+        ({"rollout": {"name": "vllm", "tensor_model_parallel_size": 1}}, "reward_model.rollout.name='vllm'"),
+        ({"rollout": {"name": "hf", "tensor_model_parallel_size": 2}}, "tensor_model_parallel_size=2"),
+        ({"enable_resource_pool": True}, "enable_resource_pool=True with n_gpus_per_node=0"),
+        ({"launch_reward_fn_async": True}, "launch_reward_fn_async=True"),
+    ],
+)
+def test_a_served_model_that_cannot_run_is_refused(change, needle):
+    found = problems(reward_model={**SERVED, **change})
+    assert len(found) == 1 and needle in found[0], found
+
+
+def test_a_served_model_needs_a_function_that_calls_it():
+    found = problems(reward_model=SERVED, custom_path=None)
+    assert len(found) == 1 and "reward_router_address" in found[0] and "custom_reward_function.path" in found[0]
+    judge_source = {**SERVED, "reward_sources": [{"name": "judge", "path": "/judge.py"}]}
+    assert problems(reward_model=judge_source, custom_path=None) == []
+
+
+def test_serving_keys_without_serving_are_refused():
+    for change, needle in [
+        ({"nnodes": 1}, "reward_model.nnodes=1"),
+        ({"rollout": {"name": "hf"}}, "reward_model.rollout.*"),
+        ({"num_workers": 2}, "reward_model.num_workers=2 is read only by reward_model.reward_manager=remote"),
+    ]:
+        found = problems(reward_model=change)
+        assert len(found) == 1 and needle in found[0], found
+    assert problems(reward_model={"reward_manager": "remote", "num_workers": 2}) == []
+    assert "num_workers=0" in problems(reward_model={"reward_manager": "remote", "num_workers": 0})[0]
+
+
+def test_hybrid_sources():
+    ok = {"reward_sources": [{"name": "rule"}, {"name": "judge", "path": "/j.py", "weight": 0.5}]}
+    assert problems(reward_model=ok) == []
+    cases = [
+        ({"reward_sources": [{"name": "a"}, {"name": "a"}]}, "unique"),
+        ({"reward_sources": [{"name": "a", "type": "genrm"}]}, "reward_sources[0].type='genrm'"),
+        ({"reward_sources": [{"name": "a", "weight": float("nan")}]}, "reward_sources[0].weight=nan"),
+        ({"reward_sources": [{"name": "rm", "type": "reward_model"}]}, "needs reward_model.enable=True"),
+        ({"reward_combine": {"path": "/c.py"}}, "reward_model.reward_sources is empty"),
+    ]
+    for change, needle in cases:
+        found = problems(reward_model=change)
+        assert len(found) == 1 and needle in found[0], (change, found)
+    rm_source = {"enable": True, "reward_sources": [{"name": "rm", "type": "reward_model"}]}
+    assert problems(reward_model=rm_source) == []
+    missing = check_reward_loop(config({"reward_sources": [{"name": "j", "path": "/no/such.py"}]}), check_paths=True)
+    assert missing == ["reward_model.reward_sources[0].path='/no/such.py': reward function file not found"]

@@ -1,0 +1,127 @@
+"""Config checks of verl's reward loop keys (a served generative reward model), hybrid reward sources and the
+``remote`` reward manager: what cannot run is refused before Ray starts, naming the key and the value."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+
+__all__ = ["check_reward_loop", "serves_reward_model"]
+
+_SERVING_KEYS = ("enable_resource_pool", "n_gpus_per_node", "nnodes")
+
+
+def serves_reward_model(config) -> bool:
+    """True when the run serves ``reward_model.model.path`` behind a router instead of a reward-model worker."""
+    rm = config.reward_model
+    return bool(rm.use_reward_loop and rm.enable)
+
+
+def _local_missing(path: str | None) -> bool:
+    return bool(path) and "://" not in path and not os.path.exists(os.path.expanduser(path))
+
+
+def check_reward_loop(config, check_paths: bool = True) -> list[str]:
+    """Every problem found (``config``: the typed PPO config); empty when it can run."""
+    from verl.trainer.config.reward_model import RewardModelConfig
+
+    rm, defaults = config.reward_model, RewardModelConfig()
+    problems: list[str] = []
+    serving = serves_reward_model(config)
+    if serving:
+        name = rm.rollout.name
+        if name != "hf":
+            problems.append(
+                f"reward_model.rollout.name={name!r}: with reward_model.use_reward_loop=True and enable=True the "
+                "generative reward model is served by an engine; only hf (transformers generate, on CPU) serves "
+                "it here (vLLM/SGLang serving is not implemented yet): set reward_model.rollout.name=hf"
+            )
+        tp = rm.rollout.tensor_model_parallel_size
+        if tp != 1:
+            problems.append(
+                f"reward_model.rollout.tensor_model_parallel_size={tp}: the hf engine serves one whole model per "
+                "replica; set it to 1"
+            )
+        if rm.enable_resource_pool and rm.n_gpus_per_node * rm.nnodes < 1:
+            problems.append(
+                f"reward_model.enable_resource_pool=True with n_gpus_per_node={rm.n_gpus_per_node} x "
+                f"nnodes={rm.nnodes}: the reward model's own pool needs at least one slot"
+            )
+        if rm.launch_reward_fn_async:
+            problems.append(
+                "reward_model.launch_reward_fn_async=True with a served reward model (use_reward_loop=True, "
+                "enable=True): the Ray task rebuilds the manager without the router; set it False (an async "
+                "reward function's calls already run concurrently)"
+            )
+        judges = [s for s in rm.reward_sources if s.type == "function" and s.path]
+        if not config.custom_reward_function.path and not judges:
+            problems.append(
+                "reward_model.use_reward_loop=True and enable=True serve a generative reward model, which only a "
+                "reward function calling reward_router_address can use: set custom_reward_function.path (or a "
+                "reward_model.reward_sources entry with a path)"
+            )
+        if check_paths and _local_missing(rm.model.path):
+            problems.append(f"reward_model.model.path={rm.model.path!r}: no such directory")
+    else:
+        for key in _SERVING_KEYS:
+            if getattr(rm, key) != getattr(defaults, key):
+                problems.append(
+                    f"reward_model.{key}={getattr(rm, key)!r} is read only when the reward model is served "
+                    "(reward_model.use_reward_loop=True and enable=True): set both or remove the key"
+                )
+        if rm.rollout != defaults.rollout:
+            problems.append(
+                "reward_model.rollout.* is read only when the reward model is served (reward_model.use_reward_loop="
+                "True and enable=True): set both or remove the reward_model.rollout overrides"
+            )
+    problems += _check_sources(config, serving, check_paths)
+    if rm.reward_manager == "remote":
+        if importlib.util.find_spec("ray") is None:
+            problems.append("reward_model.reward_manager=remote scores in Ray CPU workers; Ray is not installed")
+        if rm.num_workers < 1:
+            problems.append(f"reward_model.num_workers={rm.num_workers} must be >= 1 for reward_manager=remote")
+    elif rm.num_workers != defaults.num_workers:
+        problems.append(
+            f"reward_model.num_workers={rm.num_workers} is read only by reward_model.reward_manager=remote; "
+            f"reward_manager={rm.reward_manager!r} ignores it: set the manager or remove the key"
+        )
+    return problems
+
+
+def _check_sources(config, serving: bool, check_paths: bool) -> list[str]:
+    rm = config.reward_model
+    problems = []
+    if not rm.reward_sources:
+        if rm.reward_combine.path:
+            problems.append(
+                f"reward_model.reward_combine.path={rm.reward_combine.path!r} combines hybrid reward sources, but "
+                "reward_model.reward_sources is empty: list the sources or remove the key"
+            )
+        return problems
+    names = [s.name for s in rm.reward_sources]
+    if len(set(names)) != len(names) or not all(names):
+        problems.append(f"reward_model.reward_sources names {names}: each source needs a unique, non-empty name")
+    for i, source in enumerate(rm.reward_sources):
+        key = f"reward_model.reward_sources[{i}]"
+        if source.type not in ("function", "reward_model"):
+            problems.append(f"{key}.type={source.type!r}: expected function or reward_model")
+        if not math.isfinite(source.weight):
+            problems.append(f"{key}.weight={source.weight!r} must be a finite number")
+        if source.type == "reward_model" and (not rm.enable or serving):
+            problems.append(
+                f"{key}.type=reward_model reads the reward-model worker's score: it needs reward_model.enable=True "
+                "and use_reward_loop=False (a served generative model is read by a function source instead)"
+            )
+        if source.type == "reward_model" and source.path:
+            problems.append(f"{key}.path={source.path!r}: a reward_model source has no function; remove the path")
+        if check_paths and _local_missing(source.path):
+            problems.append(f"{key}.path={source.path!r}: reward function file not found")
+    if check_paths and _local_missing(rm.reward_combine.path):
+        problems.append(f"reward_model.reward_combine.path={rm.reward_combine.path!r}: file not found")
+    if rm.launch_reward_fn_async and not serving:
+        problems.append(
+            "reward_model.launch_reward_fn_async=True with reward_model.reward_sources: the Ray task scores with the "
+            "single manager only; set it False"
+        )
+    return problems
