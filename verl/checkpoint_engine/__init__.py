@@ -10,10 +10,12 @@ from verl.checkpoint_engine.base import (
     resolve_backend,
 )
 from verl.checkpoint_engine.collective import CollectiveCheckpointEngine
+from verl.checkpoint_engine.local import LocalCheckpointEngine
 
 __all__ = [
     "CheckpointEngine",
     "CollectiveCheckpointEngine",
+    "LocalCheckpointEngine",
     "SyncStats",
     "build_checkpoint_engine",
     "get_checkpoint_engine_cls",

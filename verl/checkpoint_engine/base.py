@@ -51,7 +51,8 @@ def register_checkpoint_engine(*names: str):
 def resolve_backend(backend: str) -> str:
     """The transport that ``backend`` names on this device. verl's default, ``naive``, means a rollout in the
     trainer's own processes; for a rollout on workers of its own it stands for this device's collective backend
-    (gloo on CPU, nccl on CUDA, hccl on NPU)."""
+    (gloo on CPU, nccl on CUDA; NPUs have no transport yet). ``local``: sender and receivers in one process
+    (in-process worker groups)."""
     if backend == "naive":
         from verl.utils.device import get_nccl_backend
 
@@ -61,7 +62,7 @@ def resolve_backend(backend: str) -> str:
 
 def get_checkpoint_engine_cls(backend: str, key: str = "actor_rollout_ref.rollout.checkpoint_engine.backend"):
     """The :class:`CheckpointEngine` registered for ``backend`` (after :func:`resolve_backend`)."""
-    from verl.checkpoint_engine import collective  # noqa: F401  (registers the built-in transports)
+    from verl.checkpoint_engine import collective, local  # noqa: F401  (registers the built-in transports)
 
     name = resolve_backend(backend)
     if name not in _REGISTRY:
@@ -230,7 +231,12 @@ class CheckpointEngine(ABC):
     @staticmethod
     def bucket_bytes_from_megabytes(megabytes: float) -> int:
         """``update_weights_bucket_megabytes`` in bytes (MiB, as verl counts them)."""
-        return max(1, math.ceil(megabytes * (1 << 20)))
+        if not megabytes > 0:
+            raise ValueError(
+                f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={megabytes}: the bucket "
+                "size must be positive"
+            )
+        return math.ceil(megabytes * (1 << 20))
 
     @abstractmethod
     def connect(self, master_addr: str, master_port: int) -> None:

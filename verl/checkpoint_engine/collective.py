@@ -1,4 +1,4 @@
-"""The checkpoint engine over torch.distributed collectives: gloo on CPU, NCCL (or HCCL) on accelerators.
+"""The checkpoint engine over torch.distributed collectives: gloo on CPU, NCCL on GPUs.
 
 The sender and the receivers already belong to default process groups of their own (each worker group's FSDP or
 Megatron world), so the transfer group is built beside them: a ``TCPStore`` that the sender hosts at the address the
@@ -46,17 +46,17 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
-@register_checkpoint_engine("gloo", "nccl", "hccl")
+@register_checkpoint_engine("gloo", "nccl")
 class CollectiveCheckpointEngine(CheckpointEngine):
-    """Broadcasts of flattened buckets in a process group of its own. ``backend``: ``gloo`` (CPU tensors),
-    ``nccl``/``hccl`` (tensors on this process's accelerator); ``timeout_s``: how long a rank waits for the others."""
+    """Broadcasts of flattened buckets in a process group of its own. ``backend``: ``gloo`` (CPU tensors) or
+    ``nccl`` (tensors on this process's GPU); ``timeout_s``: how long a rank waits for the others."""
 
     def __init__(
         self, rank: int, world_size: int, bucket_bytes: int, backend: str = "gloo", timeout_s: float = 600.0, **kw
     ):
         super().__init__(rank, world_size, bucket_bytes, **kw)
-        if backend not in ("gloo", "nccl", "hccl"):
-            raise ValueError(f"collective checkpoint engine backend must be gloo, nccl or hccl, got {backend!r}")
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"collective checkpoint engine backend must be gloo or nccl, got {backend!r}")
         self.backend = backend
         self.timeout = timedelta(seconds=timeout_s)
         self.device = torch.device("cpu") if backend == "gloo" else torch.device(get_device_name(), get_device_id())
@@ -85,10 +85,9 @@ class CollectiveCheckpointEngine(CheckpointEngine):
                 options._devices = [dist.ProcessGroupGloo.create_default_device()]
             self._group = dist.ProcessGroupGloo(store, self.rank, self.world_size, options)
         else:
-            group_cls = dist.ProcessGroupNCCL if self.backend == "nccl" else _hccl_group_cls()
-            options = group_cls.Options()
+            options = dist.ProcessGroupNCCL.Options()
             options._timeout = self.timeout
-            self._group = group_cls(store, self.rank, self.world_size, options)
+            self._group = dist.ProcessGroupNCCL(store, self.rank, self.world_size, options)
         # a first collective: every rank returns from connect only once all of them are in
         self._broadcast(torch.zeros(1, dtype=torch.int64, device=self.device))
 
@@ -124,7 +123,7 @@ class CollectiveCheckpointEngine(CheckpointEngine):
         self._broadcast(torch.frombuffer(bytearray(header), dtype=torch.uint8).to(self.device))
         payload = self._payload_buffer(payload_bytes)
         for piece, run in zip(pieces, runs, strict=True):
-            payload[piece.position : piece.position + piece.length].copy_(run, non_blocking=True)
+            payload[piece.position : piece.position + piece.length].copy_(run)
         self._broadcast(payload)
         return sum(piece.length for piece in pieces)
 
@@ -184,9 +183,3 @@ class CollectiveCheckpointEngine(CheckpointEngine):
                 version=version, bytes=total, seconds=time.perf_counter() - start, buckets=buckets, tensors=tensors
             )
         )
-
-
-def _hccl_group_cls():
-    import torch_npu  # noqa: F401  (registers ProcessGroupHCCL)
-
-    return torch_npu._C._distributed_c10d.ProcessGroupHCCL

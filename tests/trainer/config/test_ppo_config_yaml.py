@@ -97,6 +97,8 @@ EXPECTED_PPO = {
             # verl >= 0.5's agent-loop file; ours: the loop of rows without agent_name
             "agent": {"agent_loop_config_path": None, "default_agent_loop": None},
             "calculate_log_probs": False, "profiler": PROFILER,
+            # verl >= 0.5 (its keys and defaults): the weight transfer to a rollout on workers of its own
+            "checkpoint_engine": {"backend": "naive", "update_weights_bucket_megabytes": 2048, "engine_kwargs": {}},
         },
     },
     "critic": {

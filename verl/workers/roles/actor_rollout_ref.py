@@ -293,12 +293,16 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         return WorkerHelper._get_node_ip(), WorkerHelper._get_free_port()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
-    def init_checkpoint_engine(self, master_addr: str, master_port: int, world_size: int, rank_offset: int) -> None:
+    def init_checkpoint_engine(
+        self, master_addr: str, master_port: int, world_size: int, rank_offset: int, backend: str | None = None
+    ) -> None:
         """Join the weight-transfer group: actor rank 0 is transfer rank 0 (the sender, hosting the rendezvous at
         ``master_addr:master_port``), rollout rank r is transfer rank ``rank_offset + r``; ``world_size`` = 1 + the
         rollout workers. Other actor ranks take part in the gathers of :meth:`send_weights` but send nothing.
 
-        Non-blocking: the actor's and the rollout's calls must be in flight together (collect both futures)."""
+        Non-blocking: the actor's and the rollout's calls must be in flight together (collect both futures).
+        ``backend`` overrides ``rollout.checkpoint_engine.backend``: a driver whose worker groups all run in its own
+        process (the in-process worker group) passes ``"local"``, since its calls run one after the other."""
         from verl.checkpoint_engine import build_checkpoint_engine
 
         if self._is_actor:
@@ -313,7 +317,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             )
         settings = self.config.rollout.checkpoint_engine
         self.checkpoint_engine = build_checkpoint_engine(
-            settings.backend,
+            backend or settings.backend,
             rank_offset + self.rank,
             world_size,
             settings.update_weights_bucket_megabytes,
@@ -370,6 +374,11 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
     def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
         """Restore this rank's shard saved by :meth:`save_checkpoint`."""
         assert self._is_actor or self._is_rollout, f"load_checkpoint: role {self.role!r} holds no checkpoint"
+        if self._standalone:
+            raise RuntimeError(
+                "a standalone rollout (actor_rollout_ref.hybrid_engine=False) holds no checkpoint: resume the actor, "
+                "then send its weights (send_weights / receive_weights)"
+            )
         self.actor_engine.load_checkpoint(
             local_path=local_path, hdfs_path=hdfs_path, del_local_after_load=del_local_after_load
         )
