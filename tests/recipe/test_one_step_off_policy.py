@@ -10,20 +10,25 @@ process (Ray), weights through the checkpoint engine (gloo).
 
 import os
 
+import numpy as np
 import pytest
 import torch.distributed as dist
 
 from recipe.one_step_off_policy.main_ppo import check_one_step_off_config
+from recipe.one_step_off_policy.ray_trainer import OneStepOffRayTrainer
 from tests.trainer.ppo_e2e_utils import (
     base_overrides,
     compose_config,
     make_workspace,
     parse_console_metrics,
     run_main_ppo,
+    write_reward_fn,
 )
 from tests.trainer.test_multi_turn_e2e import _gsm8k_tool_data, _overrides
 from verl.demo.tiny_model import make_tiny_model_dir
+from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.config import ConfigError
+from verl.trainer.main_ppo import build_trainer, prepare_config
 
 STANDALONE = ["actor_rollout_ref.hybrid_engine=False", "trainer.n_gpus_per_node=1", "rollout.n_gpus_per_node=1"]
 
@@ -38,6 +43,44 @@ def workspace(tmp_path_factory):
     yield ws
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+class RecordingOneStepTrainer(OneStepOffRayTrainer):
+    """Records, per step, the weight version of every trained sample and the actor's version while it trains."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.versions, self.launched = [], []
+
+    def _train_on_rollouts(self, batch, reward, metrics, timing_raw):
+        self.versions.append((self._actor_weight_version(), np.asarray(batch.non_tensor_batch["weight_version"])))
+        return super()._train_on_rollouts(batch, reward, metrics, timing_raw)
+
+    def _launch_generation(self, batch, step):
+        self.launched.append((self.global_steps, step, self.weight_sync.version))
+        return super()._launch_generation(batch, step)
+
+
+def test_one_step_every_sample_is_from_the_current_or_previous_weights(workspace):
+    """In-process (every worker in this process, the checkpoint engine's local transport), 3 steps."""
+    overrides = _standalone(base_overrides(workspace, "grpo", steps=3)) + [
+        "trainer.resume_mode=disable",
+        f"custom_reward_function.path={write_reward_fn(workspace['root'])}",
+        "trainer.run_report=False",
+    ]
+    config = compose_config(overrides)
+    prepare_config(config)
+    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup, trainer_cls=RecordingOneStepTrainer)
+    trainer.init_workers()
+    trainer.fit()
+    assert [actor for actor, _ in trainer.versions] == [0, 1, 2]
+    for actor, versions in trainer.versions:
+        assert len(versions) == 4 * 2  # every sample of the batch (4 prompts x n=2) carries its version
+        assert set(versions.tolist()) <= {actor, actor - 1}, (actor, versions)
+    # step 1 generated its own batch with version 0; batch k+1 was launched during step k with version k-1
+    assert trainer.launched == [(1, 1, 0), (1, 2, 0), (2, 3, 1)]
+    assert [set(v.tolist()) for _, v in trainer.versions] == [{0}, {0}, {1}]
+    assert trainer.weight_sync.version == 2 and [s["version"] for s in trainer.weight_sync.history] == [0, 1, 2]
 
 
 @pytest.mark.slow

@@ -3,7 +3,9 @@
 With ``actor_rollout_ref.hybrid_engine=False`` the rollout runs on a resource pool of its own, so the actor's weights
 reach it through the checkpoint engine (``verl/checkpoint_engine/``): a transfer group of the actor's rank 0 (the
 sender, transfer rank 0) and every rollout rank (transfer ranks 1..n). Both sides of a collective must be called at
-once, and a worker-group call waits for its workers, so the two calls run in threads of the driver.
+once, and a worker-group call waits for its workers, so the two calls run in threads of the driver. In-process
+worker groups (every worker in the driver) use the checkpoint engine's ``local`` transport instead, whose calls run
+one after the other: the actor's first, then the rollout's.
 """
 
 from __future__ import annotations
@@ -49,18 +51,28 @@ class WeightSync:
         self.actor_wg, self.rollout_wg = actor_wg, rollout_wg
         self.version: int | None = None
         self.history: list[dict] = []
-        addr, port = actor_wg.checkpoint_engine_address()[0]  # the sender, actor rank 0, hosts the rendezvous
+        from verl.single_controller.inprocess import InProcessWorkerGroup
+
+        self._in_process = isinstance(actor_wg, InProcessWorkerGroup)
+        backend = "local" if self._in_process else None  # None: rollout.checkpoint_engine.backend
+        # the sender, actor rank 0, hosts the rendezvous (the local transport needs none)
+        addr, port = ("127.0.0.1", 0) if self._in_process else actor_wg.checkpoint_engine_address()[0]
         world_size = 1 + rollout_wg.world_size  # the sender and every rollout rank
-        call_together(
-            lambda: actor_wg.init_checkpoint_engine(addr, port, world_size, 0),
-            lambda: rollout_wg.init_checkpoint_engine(addr, port, world_size, 1),
+        self._call(
+            lambda: actor_wg.init_checkpoint_engine(addr, port, world_size, 0, backend=backend),
+            lambda: rollout_wg.init_checkpoint_engine(addr, port, world_size, 1, backend=backend),
         )
+
+    def _call(self, actor_call, rollout_call):
+        if self._in_process:  # the local transport: the sender's call leaves the buckets, the receiver's reads them
+            return [resolve_result(actor_call()), resolve_result(rollout_call())]
+        return call_together(actor_call, rollout_call)
 
     def send(self, version: int) -> dict:
         """Send the actor's current weights as ``version``; the transfer's stats (``version``, ``bytes``,
         ``seconds``, ``buckets``, ... as the sender measured them, plus the driver's ``wall_seconds``)."""
         start = time.perf_counter()
-        sent, _ = call_together(lambda: self.actor_wg.send_weights(version), self.rollout_wg.receive_weights)
+        sent, _ = self._call(lambda: self.actor_wg.send_weights(version), self.rollout_wg.receive_weights)
         wall = time.perf_counter() - start
         per_rank = [_as_dict(s) for s in (sent if isinstance(sent, list) else [sent]) if s]
         stats = max(per_rank, key=lambda s: s.get("bytes", 0)) if per_rank else {"version": version}
