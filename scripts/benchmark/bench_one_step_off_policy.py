@@ -64,7 +64,7 @@ def _emit(**fields) -> None:
 
 
 def run_mode(mode: str, steps: int, work_dir: str, extra: list[str], timeout: int) -> dict:
-    """Run one mode; its per-step records and summary."""
+    """Run one mode (``extra``: Hydra overrides of this run); its per-step records and summary."""
     module, overrides = MODES[mode]
     folder = os.path.join(work_dir, mode)
     os.makedirs(folder, exist_ok=True)
@@ -150,6 +150,12 @@ def main(argv=None) -> int:
     parser.add_argument("--work_dir", default=None)
     parser.add_argument("--timeout", type=int, default=3600)
     parser.add_argument("--timeline_out", default=None, help="draw one step of each mode (PNG) here")
+    parser.add_argument(
+        "--one_step_overrides",
+        default="",
+        help="space-separated overrides for the one-step run only, e.g. its rollout correction: "
+        "'algorithm.rollout_correction.bypass_mode=True actor_rollout_ref.rollout.calculate_log_probs=True'",
+    )
     parser.add_argument("--from_json", default=None, help="draw from a previous run's output instead of running")
     args, extra = parser.parse_known_args(argv)
     if args.from_json:  # the summary lines of an earlier run (e.g. its saved stdout)
@@ -162,7 +168,10 @@ def main(argv=None) -> int:
         draw_timeline(results, args.timeline_out)
         return 0
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="verl_one_step_bench_")
-    results = {mode: run_mode(mode, args.steps, work_dir, extra, args.timeout) for mode in args.modes.split(",")}
+    results = {}
+    for mode in args.modes.split(","):
+        mode_extra = extra + (args.one_step_overrides.split() if mode == "one_step" else [])
+        results[mode] = run_mode(mode, args.steps, work_dir, mode_extra, args.timeout)
     if args.timeline_out:
         draw_timeline(results, args.timeline_out)
     one_step = results.get("one_step")
