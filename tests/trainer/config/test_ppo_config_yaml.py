@@ -207,6 +207,10 @@ CODE_DEFAULT_KEYS = {
                              "prompt_length": 2048, "response_length": 2048},
     "reward_model.reward_sources": [], "reward_model.reward_combine": {"path": None, "name": "combine"},
     "algorithm.filter_groups": {"enable": False, "metric": None, "max_num_gen_batches": 0},
+    "algorithm.rollout_correction": {
+        "rollout_is": None, "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": False, "rollout_rs": None,
+        "rollout_rs_threshold": None, "bypass_mode": False, "loss_type": "ppo_clip",
+    },
     "trainer.remove_previous_ckpt_in_save": False, "ray_init.include_dashboard": None,
 }
 for _key, _value in CODE_DEFAULT_KEYS.items():

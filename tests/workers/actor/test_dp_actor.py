@@ -402,3 +402,73 @@ def test_bf16_update_on_cpu_attends_through_the_plain_form_and_matches_sdpa(monk
     )
     assert calls == 3 * 2 * 2  # 3 micro batches x 2 layers, in the forward and again in the backward's recompute
     assert difference < 0.1
+
+
+# ---- rollout correction (algorithm.rollout_correction): weights and rejection reach the loss ----
+def _with_correction(data: DataProto, weights=None, kept_mask=None) -> DataProto:
+    data = copy.deepcopy(data)
+    if weights is not None:
+        data.batch["rollout_is_weights"] = weights
+    if kept_mask is not None:
+        data.batch["response_mask"] = kept_mask
+    return data
+
+
+def test_unit_is_weights_and_the_full_mask_leave_the_update_unchanged():
+    cfg = actor_config(ppo_mini_batch_size=6, ppo_micro_batch_size_per_gpu=3)
+    data = rollout_batch()
+    mask = response_mask(data).long()
+    plain, plain_metrics = _one_update(cfg, data=data)
+    corrected, corrected_metrics = _one_update(cfg, data=_with_correction(data, mask.float(), mask))
+    for a, b in zip(plain.parameters(), corrected.parameters()):
+        assert torch.equal(a, b)
+    assert plain_metrics["actor/pg_loss"] == corrected_metrics["actor/pg_loss"]
+
+
+def test_is_weights_scale_the_gradient():
+    cfg = actor_config(ppo_mini_batch_size=6, ppo_micro_batch_size_per_gpu=6, grad_clip=1e6)
+    data = rollout_batch()
+    plain = _grads_after_update(cfg, data)
+    doubled = _grads_after_update(cfg, _with_correction(data, weights=2 * response_mask(data).float()))
+    assert max(a.abs().max().item() for a in plain) > 1e-3  # a real step, far above the tolerance below
+    for a, b in zip(plain, doubled):
+        # atol: the step is read as a difference of float32 parameters (~1e-7 resolution)
+        torch.testing.assert_close(b, 2 * a, rtol=1e-4, atol=1e-6)
+
+
+def test_rejected_rows_leave_the_loss_as_if_they_were_not_there():
+    base = dict(grad_clip=1e6, loss_agg_mode="token-mean")
+    data = rollout_batch()
+    kept = response_mask(data).long()
+    kept[0] = 0  # rejection sampling dropped row 0
+    rejected = _grads_after_update(
+        actor_config(ppo_micro_batch_size_per_gpu=6, **base), _with_correction(data, None, kept)
+    )
+    rest = data[1:]
+    without = _grads_after_update(actor_config(ppo_mini_batch_size=5, ppo_micro_batch_size_per_gpu=5, **base), rest)
+    assert max(a.abs().max().item() for a in without) > 1e-4
+    for a, b in zip(rejected, without):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"ppo_micro_batch_size_per_gpu": 2},
+        {"ppo_micro_batch_size_per_gpu": 3, "use_remove_padding": True},
+        {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": P + T},
+    ],
+)
+def test_correction_travels_with_its_rows_through_micro_batches(variant):
+    # a whole row and one token rejected, uneven weights: splitting, unpadding or reordering rows must not move them
+    data = rollout_batch()
+    weights = (torch.rand(B, T, generator=torch.Generator().manual_seed(5)) + 0.5) * response_mask(data).float()
+    kept = response_mask(data).long()
+    kept[2], kept[4, 1] = 0, 0
+    data = _with_correction(data, weights, kept)
+    base = dict(loss_agg_mode="seq-mean-token-mean", grad_clip=1e6)
+    whole = _grads_after_update(actor_config(ppo_micro_batch_size_per_gpu=6, **base), data)
+    split = _grads_after_update(actor_config(**base, **variant), data)
+    assert max(a.abs().max().item() for a in whole) > 1e-4  # finite and a real step (an empty row gave NaN before)
+    for a, b in zip(whole, split):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

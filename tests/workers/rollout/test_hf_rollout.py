@@ -1,4 +1,5 @@
-"""HFRollout (and NaiveRollout) on a tiny Qwen2: output layout, n-sample order, EOS handling, greedy determinism."""
+"""HFRollout (and NaiveRollout) on a tiny Qwen2: output layout, n-sample order, EOS handling, greedy determinism,
+rollout log-probs (``calculate_log_probs``) against the recomputed ones."""
 
 import pytest
 import torch
@@ -211,3 +212,49 @@ def test_cpu_generation_decodes_in_rollout_dtype_where_the_cpu_has_native_bf16(
     out = HFRollout(model, rollout_config(dtype=rollout_dtype)).generate_sequences(prompts(do_sample=False))
     assert set(seen) == {expected} and len(out) == 3
     assert next(model.parameters()).dtype == torch.float32  # the training weights stay fp32
+
+
+def recomputed_log_probs(model, out: DataProto, temperature: float) -> torch.Tensor:
+    """The actor's recompute: one forward over prompt + response, logits / temperature, log-softmax at the tokens."""
+    with torch.no_grad():
+        logits = model(
+            input_ids=out.batch["input_ids"],
+            attention_mask=out.batch["attention_mask"],
+            position_ids=out.batch["position_ids"],
+        ).logits
+    logits = logits[:, P - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, out.batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_rollout_log_probs_match_the_recomputed_ones(model, temperature):
+    cfg = rollout_config(calculate_log_probs=True, temperature=temperature, n=2, dtype="float32")
+    torch.manual_seed(3)
+    eos = int(HFRollout(model, cfg).generate_sequences(prompts()).batch["responses"][0, 1])
+    torch.manual_seed(3)  # the same samples, now stopping at that token: row 0 ends by its second step
+    out = HFRollout(model, cfg).generate_sequences(prompts(eos=eos))
+    rollout_lp = out.batch["rollout_log_probs"]
+    mask = out.batch["attention_mask"][:, P:].bool()
+    assert rollout_lp.dtype == torch.float32 and rollout_lp.shape == (6, T)
+    assert torch.all(rollout_lp[~mask] == -1.0)  # vLLM's padding value after EOS
+    assert (~mask).any()  # the padding case is exercised
+    diff = (rollout_lp - recomputed_log_probs(model, out, temperature))[mask].abs().max().item()
+    assert diff < 1e-5, diff  # measured: 4.8e-7 max (same float32 weights; KV-cached decode vs one forward)
+
+
+def test_multi_turn_turns_carry_log_probs(model):
+    from verl.workers.rollout.base import SamplingRequest
+
+    cfg = rollout_config(calculate_log_probs=True, dtype="float32")
+    rollout = HFRollout(model, cfg)
+    request = SamplingRequest.resolve({}, rollout.config)
+    rows = [[5, 9, 11], [3, 4]]
+    with rollout.generation_context():
+        turns = rollout.generate_turns(rows, [4, 3], request, [UNUSED_EOS])
+    for row, turn in zip(rows, turns):
+        assert turn.log_probs is not None and len(turn.log_probs) == len(turn.token_ids) > 0
+        ids = torch.tensor([row + turn.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(row) - 1 : -1].float()
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(turn.token_ids)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(turn.log_probs), expected, atol=1e-4, rtol=0)

@@ -17,7 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl.trainer.config.actor import ActorConfig, PolicyLossConfig, RefConfig
-from verl.trainer.config.algorithm import AlgoConfig, FilterGroupsConfig, KLControlConfig, PFPPOConfig
+from verl.trainer.config.algorithm import (
+    AlgoConfig,
+    FilterGroupsConfig,
+    KLControlConfig,
+    PFPPOConfig,
+    RolloutCorrectionConfig,
+)
 from verl.trainer.config.critic import CriticConfig
 from verl.trainer.config.data import CustomClsConfig, DataConfig
 from verl.trainer.config.engine import (
@@ -77,6 +83,7 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "RolloutCorrectionConfig",
     "SFTConfig",
     "SamplingConfig",
     "SandboxFusionConfig",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from verl.utils.config import BaseConfig
 
-__all__ = ["AlgoConfig", "FilterGroupsConfig", "KLControlConfig", "PFPPOConfig"]
+__all__ = ["AlgoConfig", "FilterGroupsConfig", "KLControlConfig", "PFPPOConfig", "RolloutCorrectionConfig"]
 
 
 @dataclass
@@ -38,6 +38,25 @@ class FilterGroupsConfig(BaseConfig):
 
 
 @dataclass
+class RolloutCorrectionConfig(BaseConfig):
+    """`algorithm.rollout_correction` (verl >= 0.6): IS weights and rejection for the rollout-vs-training policy gap.
+
+    `rollout_is`: null, token or sequence; `rollout_is_threshold`: truncation bound, or "lower_upper" (IcePop);
+    `rollout_rs`: null or comma-separated rejection options (`verl.trainer.ppo.rollout_corr_helper.RS_OPTIONS`);
+    `bypass_mode`: the rollout's log-probs serve as the old ones (no recompute); `loss_type` (bypass mode only):
+    ppo_clip or reinforce. See docs/rollout_correction.md.
+    """
+
+    rollout_is: str | None = None
+    rollout_is_threshold: float | str = 2.0
+    rollout_is_batch_normalize: bool = False
+    rollout_rs: str | None = None
+    rollout_rs_threshold: float | str | None = None
+    bypass_mode: bool = False
+    loss_type: str = "ppo_clip"
+
+
+@dataclass
 class AlgoConfig(BaseConfig):
     """`algorithm`."""
 
@@ -51,3 +70,4 @@ class AlgoConfig(BaseConfig):
     use_pf_ppo: bool = False
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)

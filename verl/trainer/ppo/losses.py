@@ -2,8 +2,10 @@
 
 Policy losses are registered by name with :func:`register_policy_loss`, so ``actor.policy_loss.loss_mode=<name>``
 selects one. Every registered loss follows one contract: ``fn(old_log_prob, log_prob, advantages, response_mask,
-loss_agg_mode, config)`` with ``(bs, response_length)`` tensors, returning ``(pg_loss, pg_clipfrac, ppo_kl,
-pg_clipfrac_lower)``. ``pg_clipfrac`` is the fraction of response tokens whose ratio (or weight) was clipped,
+loss_agg_mode, config, rollout_is_weights=None)`` with ``(bs, response_length)`` tensors, returning ``(pg_loss,
+pg_clipfrac, ppo_kl, pg_clipfrac_lower)``. ``rollout_is_weights`` (rollout correction, ``algorithm.rollout_correction``)
+multiplies the per-token loss before aggregation; a loss registered without that keyword still works when the
+correction is off. ``pg_clipfrac`` is the fraction of response tokens whose ratio (or weight) was clipped,
 ``pg_clipfrac_lower`` the part of it clipped at the lower bound; losses without clipping report zeros. ``ppo_kl`` is
 the mean of ``old_log_prob - log_prob``.
 
@@ -27,6 +29,14 @@ def _check_shapes(**tensors: torch.Tensor) -> None:
         raise ValueError(f"shape mismatch, all of these must be (bs, response_length): {shapes}")
 
 
+def _weighted(loss_mat: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    """The per-token loss times the rollout-correction IS weights (constants: no gradient through them)."""
+    if rollout_is_weights is None:
+        return loss_mat
+    _check_shapes(loss_mat=loss_mat, rollout_is_weights=rollout_is_weights)
+    return loss_mat * rollout_is_weights.detach().to(loss_mat.dtype)
+
+
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
@@ -34,7 +44,8 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     """Aggregate a per-token loss to a scalar. loss_mat, loss_mask: ``(bs, response_length)``.
 
     ``token-mean``: over all tokens; ``seq-mean-token-sum``: mean of per-sequence sums;
-    ``seq-mean-token-mean``: mean of per-sequence means; ``seq-mean-token-sum-norm``: total / T (Dr.GRPO).
+    ``seq-mean-token-mean``: mean of per-sequence means (a sequence without tokens counts as 0);
+    ``seq-mean-token-sum-norm``: total / T (Dr.GRPO).
     """
     if loss_agg_mode == "token-mean":
         return verl_F.masked_mean(loss_mat, loss_mask)
@@ -42,7 +53,8 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     if loss_agg_mode == "seq-mean-token-sum":
         return torch.sum(loss_mat * loss_mask, dim=-1).mean()
     if loss_agg_mode == "seq-mean-token-mean":
-        return (torch.sum(loss_mat * loss_mask, dim=-1) / torch.sum(loss_mask, dim=-1)).mean()
+        # a row without tokens (rejected by rollout correction) adds 0 instead of verl 0.4.1's 0/0 = NaN
+        return (torch.sum(loss_mat * loss_mask, dim=-1) / torch.sum(loss_mask, dim=-1).clamp(min=1)).mean()
     if loss_agg_mode == "seq-mean-token-sum-norm":
         return torch.sum(loss_mat * loss_mask) / loss_mask.shape[-1]
     raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
@@ -58,6 +70,7 @@ def compute_policy_loss(
     cliprange_high: float | None = None,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clipped PPO surrogate with asymmetric clip range and dual clip for negative advantages.
 
@@ -80,7 +93,7 @@ def compute_policy_loss(
     clip2 = torch.min(loss_dual, clip1)
     pg_clipfrac_lower = verl_F.masked_mean((torch.gt(clip1, loss_dual) & (advantages < 0)).float(), response_mask)
     pg_losses = torch.where(advantages < 0, clip2, clip1)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -120,6 +133,7 @@ def compute_policy_loss_vanilla(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`compute_policy_loss` with clip ranges read from the actor config (registry call convention)."""
     cfg = _actor_config(config)
@@ -134,6 +148,7 @@ def compute_policy_loss_vanilla(
         cliprange_high=high,
         clip_ratio_c=cfg.clip_ratio_c,
         loss_agg_mode=loss_agg_mode,
+        rollout_is_weights=rollout_is_weights,
     )
 
 
@@ -145,6 +160,7 @@ def compute_policy_loss_clip_cov(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clip-Cov: drop the gradient of a random few tokens whose advantage/log-prob covariance is in [lb, ub].
 
@@ -174,7 +190,7 @@ def compute_policy_loss_clip_cov(
         corr = torch.ones_like(advantages)
         corr[picked[:, 0], picked[:, 1]] = 0
     pg_clipfrac = verl_F.masked_mean((corr == 0).float(), response_mask)
-    pg_loss = agg_loss(torch.maximum(loss1, loss2) * corr, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(torch.maximum(loss1, loss2) * corr, rollout_is_weights), response_mask, loss_agg_mode)
     return pg_loss, pg_clipfrac, ppo_kl, torch.tensor(0.0, device=pg_loss.device)
 
 
@@ -186,6 +202,7 @@ def compute_policy_loss_kl_cov(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """KL-Cov: unclipped ``-A * ratio`` plus ``coef * |log-ratio|`` on the top-covariance tokens.
 
@@ -210,7 +227,7 @@ def compute_policy_loss_kl_cov(
         penalised = torch.zeros(pg_losses.numel(), dtype=torch.bool, device=pg_losses.device)
         penalised[top] = True
         pg_losses = torch.where(penalised.view_as(pg_losses), pg_losses + coef * abs_kl, pg_losses)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
     zero = torch.tensor(0.0, device=pg_loss.device)
     return pg_loss, zero, verl_F.masked_mean(abs_kl, response_mask), zero
 
@@ -249,6 +266,7 @@ def compute_policy_loss_gspo(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "seq-mean-token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """GSPO-token (arXiv:2507.18071): PPO clipping of the sequence-level, length-normalised ratio.
 
@@ -267,7 +285,8 @@ def compute_policy_loss_gspo(
     clipped = loss_clipped > loss_unclipped
     pg_clipfrac = verl_F.masked_mean(clipped.float(), response_mask)
     pg_clipfrac_lower = verl_F.masked_mean((clipped & (advantages < 0)).float(), response_mask)
-    pg_loss = agg_loss(torch.maximum(loss_unclipped, loss_clipped), response_mask, loss_agg_mode)
+    pg_losses = _weighted(torch.maximum(loss_unclipped, loss_clipped), rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -279,13 +298,14 @@ def compute_policy_loss_gpg(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """GPG (Group Policy Gradient, arXiv:2504.02546): plain REINFORCE ``-A * log_prob``, no ratio, no clipping.
 
     ``old_log_prob`` only feeds the ``ppo_kl`` metric; ``config`` is unused (kept for the registry contract).
     """
     _, ppo_kl = _log_ratio_and_kl(old_log_prob, log_prob, advantages, response_mask)
-    pg_loss = agg_loss(-advantages * log_prob, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(-advantages * log_prob, rollout_is_weights), response_mask, loss_agg_mode)
     return pg_loss, _zero(pg_loss), ppo_kl, _zero(pg_loss)
 
 
@@ -297,6 +317,7 @@ def compute_policy_loss_geo_mean(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "seq-mean-token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """GMPO (arXiv:2507.20673): maximise the geometric mean of the token ratios, clipped per token in log space.
 
@@ -317,7 +338,7 @@ def compute_policy_loss_geo_mean(
     clipped = ((log_ratio > high) & (advantages > 0)) | ((log_ratio < -low) & (advantages < 0))
     pg_clipfrac = verl_F.masked_mean(clipped.float(), response_mask)
     pg_clipfrac_lower = verl_F.masked_mean((clipped & (advantages < 0)).float(), response_mask)
-    pg_loss = agg_loss(seq_loss.expand_as(log_ratio), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(seq_loss.expand_as(log_ratio), rollout_is_weights), response_mask, loss_agg_mode)
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -329,6 +350,7 @@ def compute_policy_loss_sapo(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """SAPO (arXiv:2511.20347): a smooth sigmoid gate on the token ratio instead of PPO's hard clip.
 
@@ -346,7 +368,7 @@ def compute_policy_loss_sapo(
     ratio = torch.exp(torch.clamp(log_ratio, -_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
     gate = torch.sigmoid(tau * (ratio - 1)) * (4 / tau)
-    pg_loss = agg_loss(-advantages * gate, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(-advantages * gate, rollout_is_weights), response_mask, loss_agg_mode)
     return pg_loss, _zero(pg_loss), ppo_kl, _zero(pg_loss)
 
 
@@ -358,6 +380,7 @@ def compute_policy_loss_cispo(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """CISPO (MiniMax-M1, arXiv:2506.13585): clip the importance-sampling weight, not the update.
 
@@ -372,7 +395,7 @@ def compute_policy_loss_cispo(
     above, below = ratio > 1 + high, ratio < 1 - low
     pg_clipfrac = verl_F.masked_mean((above | below).float(), response_mask)
     pg_clipfrac_lower = verl_F.masked_mean(below.float(), response_mask)
-    pg_loss = agg_loss(-weight * advantages * log_prob, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(-weight * advantages * log_prob, rollout_is_weights), response_mask, loss_agg_mode)
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 

@@ -35,6 +35,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.mfu import PhaseMFU
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
 from verl.trainer.ppo.reward import PendingReward, compute_reward, reward_source_metrics, submit_reward
+from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
 from verl.trainer.ppo.weight_sync import WeightSync
 from verl.utils.debug import marked_timer
@@ -373,6 +374,15 @@ class RayPPOTrainer:
         return not on_policy or cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.rollout.calculate_log_probs
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        if self.ppo_config.algorithm.rollout_correction.bypass_mode:
+            # bypass mode: the rollout's log-probs are the old ones (two policies), no recompute
+            if "rollout_log_probs" not in batch.batch.keys():
+                raise KeyError(
+                    "algorithm.rollout_correction.bypass_mode=True but the rollout returned no rollout_log_probs; "
+                    "set actor_rollout_ref.rollout.calculate_log_probs=True"
+                )
+            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
+            return batch
         if not self._needs_old_log_prob():
             return batch
         old_log_prob = pop_worker_timing(self.actor_rollout_wg.compute_log_prob(batch), timing_raw)
@@ -384,10 +394,41 @@ class RayPPOTrainer:
             metrics.update(self._rollout_probs_diff(batch))
         return batch
 
-    @staticmethod
-    def _rollout_probs_diff(batch: DataProto) -> dict:
+    def _apply_rollout_correction(self, batch: DataProto, metrics: dict) -> DataProto:
+        """Decoupled rollout correction (``algorithm.rollout_correction``): IS weights ``pi_old / pi_rollout`` as
+        ``rollout_is_weights`` and the rejected tokens taken out of ``response_mask``, once per batch; the mismatch
+        metrics (``rollout_corr/...``) whenever the batch has both log-probs. Bypass mode corrects in the actor."""
+        keys = batch.batch.keys()
+        correction = self.ppo_config.algorithm.rollout_correction
+        if correction.bypass_mode or "rollout_log_probs" not in keys or "old_log_probs" not in keys:
+            return batch
+        response_mask = batch.batch["response_mask"]
+        valid = self._rollout_compared_mask(batch)
+        weights, kept, corr_metrics = rollout_correction(
+            batch.batch["old_log_probs"],
+            batch.batch["rollout_log_probs"],
+            valid,
+            **rollout_correction_kwargs(correction),
+        )
+        metrics.update(corr_metrics)
+        if weights is not None:
+            batch.batch["rollout_is_weights"] = weights
+        if correction.rollout_rs:
+            # kept is `valid` less the rejected tokens; the rest of response_mask (tool tokens) is left as it was
+            batch.batch["response_mask"] = response_mask * (1 - (valid - kept))
+        return batch
+
+    def _rollout_compared_mask(self, batch: DataProto) -> torch.Tensor:
+        """The response tokens that have a rollout log-prob: all of them, or only the generated ones (multi-turn:
+        tool, user and template tokens carry -1), ``(bs, response_length)``."""
+        response_mask = batch.batch["response_mask"]
+        if self.ppo_config.actor_rollout_ref.rollout.uses_agent_loops:
+            return response_mask * batch.batch["loss_mask"][:, -response_mask.size(1) :]
+        return response_mask
+
+    def _rollout_probs_diff(self, batch: DataProto) -> dict:
         """How far the rollout engine's sampling probabilities are from the actor's recomputed ones."""
-        mask = batch.batch["response_mask"].bool()
+        mask = self._rollout_compared_mask(batch).bool()
         diff = torch.abs(torch.exp(batch.batch["rollout_log_probs"]) - torch.exp(batch.batch["old_log_probs"]))
         diff = diff[mask]
         return {
@@ -456,6 +497,9 @@ class RayPPOTrainer:
         # the temperature the responses were sampled at (the log-prob pass, when there is one, reports the same)
         batch.meta_info["temperature"] = rollout.temperature
         batch.meta_info["global_steps"] = self.global_steps
+        correction = self.ppo_config.algorithm.rollout_correction
+        if correction.bypass_mode:  # the actor computes the correction from pi_theta / pi_rollout
+            batch.meta_info["rollout_correction"] = correction.to_dict()
         output = pop_worker_timing(self.actor_rollout_wg.update_actor(batch), timing_raw)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
@@ -542,6 +586,7 @@ class RayPPOTrainer:
         self._record_weight_staleness(batch, metrics)  # a standalone rollout's samples: which weights made them
         with marked_timer("old_log_prob", timing_raw):
             batch = self._compute_old_log_prob(batch, metrics, timing_raw)
+            batch = self._apply_rollout_correction(batch, metrics)
         if self.use_reference_policy:
             with marked_timer("ref", timing_raw):
                 batch = self._compute_ref_log_prob(batch, timing_raw)

@@ -12,7 +12,8 @@ import torch
 from verl.protocol import DataProto
 from verl.trainer.config import ActorConfig, RefConfig
 from verl.trainer.ppo.core_algos import kl_penalty
-from verl.trainer.ppo.losses import agg_loss, get_policy_loss_fn
+from verl.trainer.ppo.losses import agg_loss, compute_policy_loss_gpg, get_policy_loss_fn
+from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.engine.base import TrainingEngine
 from verl.workers.engine.micro_batches import append_metrics, gradient_accumulation_steps, to_float
@@ -55,6 +56,11 @@ class PPOActor(BasePPOActor):
         with ``use_kl_loss``, + ``loss_mask`` when ``meta_info["multi_turn"]``). meta_info: ``temperature``
         (required: KeyError otherwise, so a log-prob/update temperature mismatch cannot pass silently).
 
+        Rollout correction: ``rollout_is_weights`` (if present) multiplies the per-token policy loss and
+        ``response_mask`` (if present: the trainer's, less the rejected tokens) multiplies the loss mask. With
+        ``meta_info["rollout_correction"]`` in bypass mode (``bypass_mode=True``, the old log-probs are the rollout's)
+        the weights and the rejection are computed here per micro batch from ``pi_theta / pi_rollout``.
+
         Without ``old_log_probs`` the update is *on-policy*: one epoch over one mini batch, so the policy that
         sampled is the one being updated, and the old log-probs are this forward's own, detached (the ratio is 1,
         the gradient that of ``-A * log_prob``). That saves the separate log-prob pass; ``actor/entropy`` is then
@@ -64,6 +70,34 @@ class PPOActor(BasePPOActor):
             raise RuntimeError("update_policy needs an optimizer: this actor was built as a reference policy")
         with self.engine.training(data) as data:
             return self._update_policy(data)
+
+    @staticmethod
+    def _bypass_correction(correction: dict | None, on_policy: bool) -> dict | None:
+        """The rollout-correction settings when this update corrects in bypass mode, else None."""
+        if not correction or not correction.get("bypass_mode"):
+            return None
+        if on_policy:
+            raise ValueError(
+                "algorithm.rollout_correction.bypass_mode=True needs old_log_probs (the rollout's) in the batch"
+            )
+        return correction
+
+    @staticmethod
+    def _bypass_weights(
+        correction: dict, log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, dict, dict]:
+        """Bypass mode: rejection and IS weights from ``pi_theta / pi_rollout`` of this micro batch, ``(bs, T)``.
+
+        ``ppo_clip``: the PPO ratio already is ``pi_theta / pi_rollout``, so only the rejection applies (the IS
+        statistics are logged); ``reinforce``: the IS weights multiply the policy-gradient loss too.
+        """
+        weights, mask, metrics = rollout_correction(
+            log_prob.detach(), rollout_log_prob, response_mask, **rollout_correction_kwargs(correction)
+        )
+        kwargs = {}
+        if weights is not None and correction.get("loss_type") == "reinforce":
+            kwargs["rollout_is_weights"] = weights
+        return mask.to(response_mask.dtype), kwargs, metrics
 
     def _update_policy(self, data: DataProto) -> dict[str, list]:
         cfg = self.config
@@ -84,6 +118,9 @@ class PPOActor(BasePPOActor):
             select_keys.append("loss_mask")
         if use_kl_loss:
             select_keys.append("ref_log_prob")
+        # rollout correction computed by the trainer (decoupled mode): weights and the mask less rejected tokens
+        select_keys += [k for k in ("rollout_is_weights", "response_mask") if k in data.batch.keys()]
+        bypass = self._bypass_correction(data.meta_info.get("rollout_correction"), on_policy)
         keep_non_tensor = ["multi_modal_inputs"] if "multi_modal_inputs" in data.non_tensor_batch else []
         data = data.select(batch_keys=select_keys, non_tensor_batch_keys=keep_non_tensor)
 
@@ -95,6 +132,9 @@ class PPOActor(BasePPOActor):
         loss_agg_mode = cfg.loss_agg_mode
         # every mode, vanilla included, through the registry: a recipe may register (or replace) any of them
         policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
+        if bypass is not None and bypass.get("loss_type") == "reinforce":
+            # REINFORCE with explicit IS weights pi_theta / pi_rollout, no PPO clipping
+            policy_loss_fn = compute_policy_loss_gpg
 
         def loss_fn(outputs: dict, micro_batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
             log_prob, entropy = outputs["log_probs"], outputs["entropy"]
@@ -103,15 +143,25 @@ class PPOActor(BasePPOActor):
                 response_mask = micro_batch["loss_mask"][:, -response_length:]
             else:
                 response_mask = micro_batch["attention_mask"][:, -response_length:]
+            if "response_mask" in micro_batch.keys():
+                response_mask = response_mask * micro_batch["response_mask"]
             old_log_prob = log_prob.detach() if on_policy else micro_batch["old_log_probs"]
+            loss_kwargs, corr_metrics = {}, {}
+            if "rollout_is_weights" in micro_batch.keys():
+                loss_kwargs["rollout_is_weights"] = micro_batch["rollout_is_weights"]
+            if bypass is not None:
+                response_mask, loss_kwargs, corr_metrics = self._bypass_weights(
+                    bypass, log_prob, old_log_prob, response_mask
+                )
             pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = policy_loss_fn(
-                old_log_prob, log_prob, micro_batch["advantages"], response_mask, loss_agg_mode, cfg
+                old_log_prob, log_prob, micro_batch["advantages"], response_mask, loss_agg_mode, cfg, **loss_kwargs
             )
             metrics = {
                 "actor/pg_loss": to_float(pg_loss),
                 "actor/pg_clipfrac": to_float(pg_clipfrac),
                 "actor/ppo_kl": to_float(ppo_kl),
                 "actor/pg_clipfrac_lower": to_float(pg_clipfrac_lower),
+                **corr_metrics,
             }
             policy_loss = pg_loss
             if calculate_entropy:

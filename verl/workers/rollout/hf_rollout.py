@@ -19,7 +19,7 @@ from verl.utils.torch_functional import get_response_mask
 from verl.workers.engine.fsdp.hf_forward import autocast_context
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 
-__all__ = ["HFRollout", "build_rollout_output", "weights_cast_to"]
+__all__ = ["HFRollout", "build_rollout_output", "sampled_log_probs", "weights_cast_to"]
 
 
 def build_rollout_output(
@@ -51,6 +51,20 @@ def build_rollout_output(
         },
         batch_size=batch_size,
     )
+
+
+def sampled_log_probs(scores: tuple[torch.Tensor, ...], tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Log-probs of the sampled ``tokens`` ``(b, T)`` under the distributions they were drawn from.
+
+    ``scores``: HF ``generate``'s processed logits, one ``(b, vocab)`` tensor per step (temperature, top-k and top-p
+    applied, as sampled). Returns float32 ``(b, T)``, -1 where ``mask`` is 0 (after EOS, or steps never taken), as
+    vLLM pads them.
+    """
+    out = torch.full(tokens.shape, -1.0, dtype=torch.float32)
+    for step, step_scores in enumerate(scores[: tokens.size(1)]):
+        log_probs = torch.log_softmax(step_scores.float(), dim=-1)
+        out[:, step] = log_probs.gather(-1, tokens[:, step : step + 1].to(log_probs.device)).squeeze(-1).cpu()
+    return torch.where(mask.bool().cpu(), out, torch.full_like(out, -1.0)).to(tokens.device)
 
 
 @contextlib.contextmanager
@@ -121,6 +135,18 @@ class HFRollout(BaseRollout):
                     stack.enter_context(weights_cast_to(self.module, dtype))
             yield
 
+    def _log_prob_kwargs(self) -> dict:
+        """``generate`` options that keep the per-step logits for ``rollout_log_probs`` (``calculate_log_probs``):
+        the processed ones (temperature, top-k, top-p applied) or, with ``logprobs_mode=raw_logprobs``, the raw."""
+        if not self.config.calculate_log_probs:
+            return {}
+        if self.config.logprobs_mode == "raw_logprobs":
+            return {"output_logits": True}
+        return {"output_scores": True}
+
+    def _step_logits(self, output) -> tuple[torch.Tensor, ...]:
+        return output.logits if self.config.logprobs_mode == "raw_logprobs" else output.scores
+
     @staticmethod
     def _generation_kwargs(request: SamplingRequest) -> dict:
         if not request.do_sample:
@@ -140,7 +166,7 @@ class HFRollout(BaseRollout):
         self, prompts: list[list[int]], max_tokens: list[int], request: SamplingRequest, stop_token_ids: list[int]
     ) -> list:
         """One assistant turn per token-id prompt (the multi-turn loop's engine call): each row's ids through its
-        first stop token, at most its own ``max_tokens``. No log-probs (the trainer recomputes them).
+        first stop token, at most its own ``max_tokens``; with ``calculate_log_probs`` the sampled tokens' log-probs.
 
         Call it inside ``generation_context()``: a sharded module is unsharded once for all the turns of a batch,
         since ranks whose conversations take different numbers of turns cannot meet in a collective per turn.
@@ -165,13 +191,22 @@ class HFRollout(BaseRollout):
                     eos_token_id=list(stop_token_ids),
                     pad_token_id=stop_token_ids[0],
                     use_cache=True,
+                    return_dict_in_generate=True,
+                    **self._log_prob_kwargs(),
                     **gen_kwargs,
                 )
                 out = self.module.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-                for row, limit in zip(out[:, width:].tolist(), limits):
+                generated = out.sequences[:, width:]
+                step_log_probs = None
+                if self.config.calculate_log_probs:
+                    step_log_probs = sampled_log_probs(self._step_logits(out), generated, torch.ones_like(generated))
+                    step_log_probs = step_log_probs.tolist()
+                for i, (row, limit) in enumerate(zip(generated.tolist(), limits)):
                     row = row[:limit]
-                    ends = [i for i, tok in enumerate(row) if tok in stop_token_ids]
-                    turns.append(GeneratedTurn(row[: ends[0] + 1] if ends else row))
+                    ends = [j for j, tok in enumerate(row) if tok in stop_token_ids]
+                    kept = ends[0] + 1 if ends else len(row)
+                    log_probs = step_log_probs[i][:kept] if step_log_probs is not None else None
+                    turns.append(GeneratedTurn(row[:kept], log_probs))
         if was_training:
             self.module.train()
         return turns
@@ -210,6 +245,7 @@ class HFRollout(BaseRollout):
             pad_token_id=pad_token_id,
             use_cache=True,
             return_dict_in_generate=True,
+            **self._log_prob_kwargs(),
             **gen_kwargs,
         )
         was_training = self.module.training
@@ -242,6 +278,9 @@ class HFRollout(BaseRollout):
             position_ids = position_ids.repeat_interleave(num_return, dim=0)
         prompts_out = idx.repeat_interleave(num_return, dim=0) if num_return > 1 else idx
         batch = build_rollout_output(prompts_out, attention_mask, position_ids, responses, eos_token_id)
+        if self.config.calculate_log_probs:
+            response_mask = batch["attention_mask"][:, prompt_length:]
+            batch["rollout_log_probs"] = sampled_log_probs(self._step_logits(output), responses, response_mask)
         if is_accelerator_available():
             get_torch_device().empty_cache()
         if was_training:

@@ -27,6 +27,7 @@ from verl.trainer.config.checks.data import check_data_files
 from verl.trainer.config.checks.megatron import check_megatron, check_megatron_model
 from verl.trainer.config.checks.multi_turn import check_multi_turn
 from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_reward_model
+from verl.trainer.config.checks.rollout_correction import check_rollout_correction
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
 from verl.trainer.config.checks.vlm import check_vision_language_policy
@@ -644,8 +645,13 @@ def _check_runtime_support(config, ctx: _Context) -> None:
     check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref, use_rm=ctx.use_rm)
 
 
+def _check_rollout_correction(config, ctx: _Context) -> None:
+    check_rollout_correction(config)
+
+
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_runtime_support,
+    _check_rollout_correction,
     _check_choices,
     _check_megatron,
     _check_estimator,

@@ -93,11 +93,6 @@ def _check_unimplemented_switches(config) -> None:
             "actor_rollout_ref.rollout.use_fire_sampling=True (FIRE sampling) is not implemented by the HF or vLLM "
             "rollout; set it False"
         )
-    if arr.rollout.calculate_log_probs and arr.rollout.name == "hf":
-        raise ConfigError(
-            "actor_rollout_ref.rollout.calculate_log_probs=True with actor_rollout_ref.rollout.name='hf': the HF "
-            "rollout returns no log-probs (the rollout-vs-actor probe needs vllm); set it False or use name=vllm"
-        )
     if arr.rollout.multi_stage_wake_up:
         raise ConfigError(
             "actor_rollout_ref.rollout.multi_stage_wake_up=True (SGLang's staged weight/KV-cache wake-up) is not "

@@ -1,0 +1,131 @@
+"""`algorithm.rollout_correction` settings the runtime cannot honour are refused before Ray, naming key and fix."""
+
+import os
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import verl
+from verl.trainer.config import ConfigError, PPOConfig
+from verl.trainer.config.checks.ppo import check_ppo_config
+from verl.trainer.config.checks.rollout_correction import check_rollout_correction
+from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, register_policy_loss
+
+CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+RC = "algorithm.rollout_correction"
+LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=True"
+
+
+def config(*overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return PPOConfig.from_config(compose(config_name="ppo_trainer", overrides=list(overrides)))
+
+
+def test_defaults_are_off_and_pass():
+    cfg = config()
+    corr = cfg.algorithm.rollout_correction
+    assert (corr.rollout_is, corr.rollout_is_threshold, corr.rollout_rs, corr.rollout_rs_threshold) == (
+        None,
+        2.0,
+        None,
+        None,
+    )
+    assert (corr.bypass_mode, corr.loss_type, corr.rollout_is_batch_normalize) == (False, "ppo_clip", False)
+    check_rollout_correction(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [f"{RC}.rollout_is=token", LOG_PROBS, "actor_rollout_ref.rollout.name=hf"],
+        [f"{RC}.rollout_is=sequence", f"{RC}.rollout_is_threshold='0.5_5.0'", LOG_PROBS],
+        [f"{RC}.rollout_rs='token_k1,seq_max_k3'", f"{RC}.rollout_rs_threshold='0.5_2.0,0.01'", LOG_PROBS],
+        [f"{RC}.rollout_rs=geometric", f"{RC}.rollout_rs_threshold=1.001", LOG_PROBS],
+        [f"{RC}.bypass_mode=True", f"{RC}.loss_type=reinforce", f"{RC}.rollout_is=sequence", LOG_PROBS],
+    ],
+)
+def test_valid_settings_pass(overrides):
+    check_rollout_correction(config(*overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (
+            [f"{RC}.rollout_is=token"],
+            ["calculate_log_probs=False", "set actor_rollout_ref.rollout.calculate_log_probs"],
+        ),
+        ([f"{RC}.bypass_mode=True"], ["bypass_mode=True", "calculate_log_probs=True"]),
+        ([f"{RC}.rollout_is=tokens", LOG_PROBS], [f"{RC}.rollout_is='tokens'", "'token' or 'sequence'"]),
+        ([f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=0", LOG_PROBS], ["rollout_is_threshold=0", "> 0"]),
+        ([f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold='5_0.5'", LOG_PROBS], ["0 <= lower < upper"]),
+        ([f"{RC}.rollout_rs=token_k1", LOG_PROBS], [f"{RC}.rollout_rs='token_k1' needs {RC}.rollout_rs_threshold"]),
+        ([f"{RC}.rollout_rs=seq_k1", f"{RC}.rollout_rs_threshold=2", LOG_PROBS], ["unknown option 'seq_k1'"]),
+        ([f"{RC}.rollout_rs=token_k1", f"{RC}.rollout_rs_threshold=0.9", LOG_PROBS], ["must be > 1"]),
+        ([f"{RC}.loss_type=reinforce", LOG_PROBS], [f"{RC}.loss_type='reinforce'", "bypass_mode=True"]),
+        ([f"{RC}.loss_type=ppo", LOG_PROBS], [f"{RC}.loss_type='ppo'", "ppo_clip"]),
+        ([f"{RC}.rollout_is_batch_normalize=True", LOG_PROBS], ["rollout_is_batch_normalize=True", "rollout_is=null"]),
+        (
+            [
+                f"{RC}.bypass_mode=True",
+                f"{RC}.loss_type=reinforce",
+                "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+                LOG_PROBS,
+            ],
+            ["loss_mode='gspo'", "loss_type=ppo_clip"],
+        ),
+    ],
+)
+def test_refused_with_key_value_and_fix(overrides, expected):
+    with pytest.raises(ConfigError) as exc:
+        check_rollout_correction(config(*overrides))
+    for text in expected:
+        assert text in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("bypass_old_logprob_for_rollout=True", "set bypass_mode=True"),
+        ("use_pure_rollout_correction=True", "loss_type=reinforce"),
+        ("rollout_rs_threshold_lower=0.5", "'lower_upper'"),
+        ("rollout_token_veto_threshold=1e-4", "not implemented"),
+        ("debug_rollout_actor_probs=True", "not implemented"),
+    ],
+)
+def test_keys_of_other_verl_versions_are_refused_with_the_equivalent(override, expected):
+    with pytest.raises(ConfigError, match=expected) as exc:
+        check_rollout_correction(config(f"+{RC}.{override}", LOG_PROBS))
+    assert f"{RC}.{override.split('=')[0]}=" in str(exc.value)
+    check_rollout_correction(config(f"+{RC}.{override.split('=')[0]}=null"))  # left unset: nothing to refuse
+
+
+def test_a_loss_without_the_weights_keyword_is_refused_for_is():
+    @register_policy_loss("_no_weights_kw")
+    def loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None):
+        raise AssertionError("not called")
+
+    try:
+        cfg = config(
+            f"{RC}.rollout_is=token", LOG_PROBS, "actor_rollout_ref.actor.policy_loss.loss_mode=_no_weights_kw"
+        )
+        with pytest.raises(ConfigError, match="takes no rollout_is_weights keyword"):
+            check_rollout_correction(cfg)
+        # rejection alone does not need the keyword
+        check_rollout_correction(
+            config(
+                f"{RC}.rollout_rs=token_k1",
+                f"{RC}.rollout_rs_threshold=2.0",
+                LOG_PROBS,
+                "actor_rollout_ref.actor.policy_loss.loss_mode=_no_weights_kw",
+            )
+        )
+    finally:
+        POLICY_LOSS_REGISTRY.pop("_no_weights_kw")
+
+
+def test_check_ppo_config_runs_it():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        raw = compose(config_name="ppo_trainer", overrides=[f"{RC}.rollout_is=token", "trainer.device=cpu"])
+    with pytest.raises(ConfigError, match="calculate_log_probs=False"):
+        check_ppo_config(raw, check_paths=False, check_device=False)

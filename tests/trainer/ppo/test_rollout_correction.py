@@ -1,0 +1,225 @@
+"""Rollout correction (``algorithm.rollout_correction``): IS weights, rejection masks and metrics against values
+worked out by hand, the identity case (equal log-probs: weights exactly 1, loss unchanged), the actor's bypass
+path, and the config check's refusals."""
+
+import math
+
+import pytest
+import torch
+
+from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, agg_loss, compute_policy_loss, get_policy_loss_fn
+from verl.trainer.ppo.rollout_corr_helper import (
+    compute_offpolicy_metrics,
+    compute_rollout_correction_and_rejection_mask,
+    parse_is_threshold,
+    parse_rs_spec,
+    rollout_correction,
+)
+from verl.workers.actor.ppo_actor import PPOActor
+
+LN2, LN4 = math.log(2.0), math.log(4.0)
+# two responses; row 1's last column is padding (its log-ratio is garbage on purpose: it must be ignored)
+MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+LOG_RATIO = torch.tensor([[LN2, -LN2, 0.0], [LN4, 0.0, 7.0]])  # ratios pi_old / pi_rollout: [2, .5, 1], [4, 1, -]
+ROLLOUT = torch.tensor([[-1.0, -2.0, -0.5], [-3.0, -0.1, -1.0]])
+OLD = ROLLOUT + LOG_RATIO
+
+
+def correct(**kwargs):
+    return rollout_correction(OLD, ROLLOUT, MASK, **kwargs)
+
+
+def assert_close(actual, expected):
+    torch.testing.assert_close(actual.float(), torch.tensor(expected, dtype=torch.float32), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- IS weights
+def test_token_truncated_is():
+    weights, mask, metrics = correct(rollout_is="token", rollout_is_threshold=2.0)
+    assert_close(weights, [[2.0, 0.5, 1.0], [2.0, 1.0, 0.0]])  # 4 truncated to 2; padding 0
+    assert torch.equal(mask, MASK)  # no rejection without rollout_rs
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(6.5 / 5)
+    assert metrics["rollout_corr/rollout_is_max"] == pytest.approx(4.0)  # before truncation
+    assert metrics["rollout_corr/rollout_is_min"] == pytest.approx(0.5)
+    assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 5)
+    assert metrics["rollout_corr/rollout_is_ratio_fraction_low"] == pytest.approx(0.0)  # 0.5 is not < 1/2
+
+
+def test_sequence_truncated_is():
+    weights, _, metrics = correct(rollout_is="sequence", rollout_is_threshold=2.0)
+    # products: row 0 = 2 * .5 * 1 = 1, row 1 = 4 (truncated to 2), broadcast over each response
+    assert_close(weights, [[1.0, 1.0, 1.0], [2.0, 2.0, 0.0]])
+    assert metrics["rollout_corr/rollout_is_seq_max"] == pytest.approx(4.0)
+    assert metrics["rollout_corr/rollout_is_seq_mean"] == pytest.approx(1.5)
+    assert metrics["rollout_corr/rollout_is_seq_max_deviation"] == pytest.approx(3.0)
+    assert metrics["rollout_corr/rollout_is_seq_fraction_high"] == pytest.approx(0.5)
+
+
+def test_masked_is_icepop_zeroes_weights_outside_bounds():
+    weights, mask, _ = correct(rollout_is="token", rollout_is_threshold="0.6_3.0")
+    assert_close(weights, [[2.0, 0.0, 1.0], [0.0, 1.0, 0.0]])  # 0.5 and 4 are out of [0.6, 3]
+    assert torch.equal(mask, MASK)
+
+
+def test_batch_normalized_weights_have_mean_one():
+    weights, _, _ = correct(rollout_is="token", rollout_is_threshold=2.0, rollout_is_batch_normalize=True)
+    assert_close(weights, [[2.0 / 1.3, 0.5 / 1.3, 1.0 / 1.3], [2.0 / 1.3, 1.0 / 1.3, 0.0]])
+    assert weights[MASK.bool()].mean().item() == pytest.approx(1.0)
+
+
+def test_effective_sample_size():
+    _, _, metrics = correct(rollout_is="token", rollout_is_threshold=2.0)
+    w = torch.tensor([2.0, 0.5, 1.0, 2.0, 1.0])
+    assert metrics["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(1 / ((w / w.mean()) ** 2).mean().item())
+
+
+def test_verls_call_returns_the_weights_in_a_data_proto():
+    proto, mask, metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=OLD, rollout_log_prob=ROLLOUT, response_mask=MASK, rollout_is="token", rollout_is_threshold=2.0
+    )
+    assert_close(proto.batch["rollout_is_weights"], [[2.0, 0.5, 1.0], [2.0, 1.0, 0.0]])
+    assert torch.equal(mask, MASK) and "rollout_corr/kl" in metrics
+    assert compute_rollout_correction_and_rejection_mask(OLD, ROLLOUT, MASK)[0] is None  # rollout_is null
+
+
+# ---------------------------------------------------------------------------------------------- rejection
+@pytest.mark.parametrize(
+    "rs, threshold, keep",
+    [
+        ("token_k1", "0.6_3.0", [[1, 0, 1], [0, 1, 0]]),
+        ("token", "0.6_3.0", [[1, 0, 1], [0, 1, 0]]),  # verl 0.6's name
+        ("seq_sum_k1", 2.0, [[1, 1, 1], [0, 0, 0]]),  # bounds [1/2, 2]: products 1 (kept) and 4
+        ("sequence", 2.0, [[1, 1, 1], [0, 0, 0]]),
+        ("seq_mean_k1", "0.9_1.5", [[1, 1, 1], [0, 0, 0]]),  # geometric means 1 and sqrt(4) = 2
+        ("geometric", "0.9_1.5", [[1, 1, 1], [0, 0, 0]]),
+        ("token_k2", 0.2, [[0, 0, 1], [0, 1, 0]]),  # .5 ln(2)^2 = .240, .5 ln(4)^2 = .961
+        ("token_k3", 0.2, [[0, 1, 1], [0, 1, 0]]),  # r - 1 - ln r: .307, .193, 0 | 1.614, 0
+        ("seq_max_k3", 0.5, [[1, 1, 1], [0, 0, 0]]),  # maxima .307 and 1.614
+        ("seq_mean_k2", 0.2, [[1, 1, 1], [0, 0, 0]]),  # means .160 and .480
+        ("seq_sum_k3", 0.6, [[1, 1, 1], [0, 0, 0]]),  # sums .500 and 1.614
+        ("token_k1,seq_sum_k1", "0.6_3.0,2.0", [[1, 0, 1], [0, 0, 0]]),  # every rule must keep a token
+    ],
+)
+def test_rejection_masks(rs, threshold, keep):
+    weights, mask, metrics = correct(rollout_rs=rs, rollout_rs_threshold=threshold)
+    assert weights is None  # rejection only
+    expected = torch.tensor(keep) * MASK
+    assert torch.equal(mask, expected)
+    rejected = (MASK - expected).sum().item()
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(rejected / 5)
+    rows_hit = ((MASK - expected).sum(-1) > 0).float().mean().item()
+    assert metrics["rollout_corr/rollout_rs_seq_masked_fraction"] == pytest.approx(rows_hit)
+
+
+def test_is_and_rejection_together():
+    weights, mask, _ = correct(
+        rollout_is="token", rollout_is_threshold=2.0, rollout_rs="token_k1", rollout_rs_threshold=3.0
+    )
+    assert_close(weights, [[2.0, 0.5, 1.0], [2.0, 1.0, 0.0]])  # weights are not masked by the rejection
+    assert torch.equal(mask, torch.tensor([[1, 1, 1], [0, 1, 0]]))  # [1/3, 3]: only the ratio 4 goes
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def test_mismatch_metrics():
+    m = compute_offpolicy_metrics(OLD, ROLLOUT, MASK)
+    r = torch.tensor([2.0, 0.5, 1.0, 4.0, 1.0])
+    assert m["rollout_corr/kl"] == pytest.approx(-LN4 / 5)
+    assert m["rollout_corr/k3_kl"] == pytest.approx((r - 1 - r.log()).mean().item())
+    assert m["rollout_corr/chi2_token"] == pytest.approx((r**2).mean().item() - 1)
+    assert m["rollout_corr/chi2_seq"] == pytest.approx((1.0 + 16.0) / 2 - 1)
+    train_lppl = torch.tensor([-OLD[0].mean().item(), -OLD[1, :2].mean().item()])
+    roll_lppl = torch.tensor([-ROLLOUT[0].mean().item(), -ROLLOUT[1, :2].mean().item()])
+    assert m["rollout_corr/log_ppl_diff"] == pytest.approx((roll_lppl - train_lppl).mean().item(), rel=1e-5)
+    assert m["rollout_corr/training_ppl"] == pytest.approx(train_lppl.exp().mean().item(), rel=1e-5)
+    assert m["rollout_corr/rollout_ppl"] == pytest.approx(roll_lppl.exp().mean().item(), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- identity
+@pytest.mark.parametrize("rollout_is", ["token", "sequence"])
+def test_equal_log_probs_give_weights_exactly_one(rollout_is):
+    weights, mask, metrics = rollout_correction(
+        ROLLOUT,
+        ROLLOUT.clone(),
+        MASK,
+        rollout_is=rollout_is,
+        rollout_rs="token_k1,seq_mean_k1",
+        rollout_rs_threshold=1.5,
+    )
+    assert torch.equal(weights, MASK.float())  # exactly 1 on every response token, 0 on padding
+    assert torch.equal(mask, MASK)
+    assert metrics["rollout_corr/kl"] == 0.0 and metrics["rollout_corr/k3_kl"] == 0.0
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("loss_mode", sorted(POLICY_LOSS_REGISTRY))
+def test_unit_weights_leave_every_policy_loss_unchanged(loss_mode):
+    torch.manual_seed(0)
+    old = torch.randn(4, 6) - 2
+    log_prob = (old + 0.3 * torch.randn(4, 6)).requires_grad_()
+    adv, mask = torch.randn(4, 6), (torch.rand(4, 6) > 0.2).long()
+    weights, _, _ = rollout_correction(old, old.clone(), mask, rollout_is="token")
+    fn = get_policy_loss_fn(loss_mode)
+    torch.manual_seed(1)  # clip_cov picks tokens at random
+    plain = fn(old, log_prob, adv, mask, "token-mean", None)
+    torch.manual_seed(1)
+    corrected = fn(old, log_prob, adv, mask, "token-mean", None, rollout_is_weights=weights)
+    for a, b in zip(plain, corrected):
+        assert torch.equal(a, b)
+
+
+def test_weights_multiply_the_per_token_loss():
+    old = torch.zeros(1, 2)
+    log_prob, adv, mask = torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2)
+    w = torch.tensor([[2.0, 0.5]])
+    loss, *_ = compute_policy_loss(old, log_prob, adv, mask, cliprange=0.2, rollout_is_weights=w)
+    # ratio 1: per-token losses -A = [-1, 1], weighted [-2, .5], token mean -0.75
+    assert loss.item() == pytest.approx(-0.75)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_a_wholly_rejected_sequence_keeps_every_aggregation_finite(mode):
+    loss_mat = torch.tensor([[1.0, 3.0, 5.0], [7.0, 9.0, 0.0]])
+    _, kept, _ = rollout_correction(OLD, ROLLOUT, MASK, rollout_rs="seq_sum_k1", rollout_rs_threshold=2.0)
+    assert kept[1].sum() == 0  # row 1 (product 4) rejected
+    expected = {"token-mean": 3.0, "seq-mean-token-sum": 9.0 / 2, "seq-mean-token-mean": 3.0 / 2}
+    expected["seq-mean-token-sum-norm"] = 9.0 / 3
+    assert agg_loss(loss_mat, kept, mode).item() == pytest.approx(expected[mode])
+
+
+# ---------------------------------------------------------------------------------------------- bypass (actor)
+def test_bypass_ppo_clip_applies_rejection_only_and_reinforce_the_weights():
+    log_prob = OLD.clone().requires_grad_()  # pi_theta; the rollout's log-probs stand in as the old ones
+    corr = {"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": "token_k1", "rollout_rs_threshold": 3.0}
+    mask, kwargs, metrics = PPOActor._bypass_weights({**corr, "loss_type": "ppo_clip"}, log_prob, ROLLOUT, MASK)
+    assert kwargs == {}  # the PPO ratio pi_theta / pi_rollout is the IS correction
+    assert torch.equal(mask, torch.tensor([[1, 1, 1], [0, 1, 0]]))
+    assert metrics["rollout_corr/rollout_is_max"] == pytest.approx(4.0)
+    mask, kwargs, _ = PPOActor._bypass_weights({**corr, "loss_type": "reinforce"}, log_prob, ROLLOUT, MASK)
+    assert_close(kwargs["rollout_is_weights"], [[2.0, 0.5, 1.0], [2.0, 1.0, 0.0]])
+    assert not kwargs["rollout_is_weights"].requires_grad
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+@pytest.mark.parametrize(
+    "rs, threshold, message",
+    [
+        ("token_k4", 2.0, "unknown option"),
+        ("token_k1", None, "needs"),
+        ("token_k1", 0.5, "must be > 1"),
+        ("token_k1", "2.0_0.5", "lower < upper"),
+        ("token_k2", "0.1_0.2", "one upper bound"),
+        ("token_k1,seq_sum_k1", "1.5,2.0,3.0", "3 entries for 2 options"),
+    ],
+)
+def test_bad_rejection_specs_are_refused(rs, threshold, message):
+    with pytest.raises(ValueError, match=message):
+        parse_rs_spec(rs, threshold)
+
+
+def test_thresholds_parse():
+    assert parse_is_threshold(2.0) == (None, 2.0)
+    assert parse_is_threshold("0.5_5.0") == (0.5, 5.0)
+    with pytest.raises(ValueError, match="> 0"):
+        parse_is_threshold(0)
+    rules = parse_rs_spec("token_k1,seq_max_k3", "2.0,0.01")
+    assert [(r.option, r.lower, r.upper) for r in rules] == [("token_k1", 0.5, 2.0), ("seq_max_k3", None, 0.01)]
