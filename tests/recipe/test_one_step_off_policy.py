@@ -67,6 +67,9 @@ def test_one_step_every_sample_is_from_the_current_or_previous_weights(workspace
         "trainer.resume_mode=disable",
         f"custom_reward_function.path={write_reward_fn(workspace['root'])}",
         "trainer.run_report=False",
+        # the recipe's defaults (its YAML): PPO's ratio against the rollout's own log-probs
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "algorithm.rollout_correction.bypass_mode=True",
     ]
     config = compose_config(overrides)
     prepare_config(config)
@@ -150,3 +153,7 @@ def test_recipe_yaml_is_verls():
     assert config.actor_rollout_ref.hybrid_engine is False
     assert config.rollout.nnodes == 1 and config.rollout.n_gpus_per_node == 8  # verl's recipe defaults
     assert config.trainer.n_gpus_per_node == 8  # the rest is ppo_trainer's
+    # verl's default for the recipe: the PPO ratio against the rollout's own log-probs
+    assert config.algorithm.rollout_correction.bypass_mode is True
+    assert config.algorithm.rollout_correction.loss_type == "ppo_clip"
+    assert config.actor_rollout_ref.rollout.calculate_log_probs is True
