@@ -59,6 +59,8 @@ REF = "actor_rollout_ref.ref"
 
 # key (or 'prefix.*') -> where it is honoured or refused, for keys the runs above do not read.
 NOT_READ_HERE: dict[str, str] = {
+    "rollout.nnodes": "with actor_rollout_ref.hybrid_engine=False (tests/recipe/test_one_step_off_policy.py)",
+    "rollout.n_gpus_per_node": "with actor_rollout_ref.hybrid_engine=False (tests/recipe/test_one_step_off_policy.py)",
     "data.tokenizer": _REFUSED,
     f"{R}.checkpoint_engine.*": "with hybrid_engine=False: the weight sync to the standalone rollout "
     "(tests/workers/roles/test_standalone_rollout.py)",

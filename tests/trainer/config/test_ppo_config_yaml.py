@@ -179,6 +179,8 @@ EXPECTED_PPO = {
         },
     },
     "ray_init": {"num_cpus": None, "timeline_json_file": None},
+    # verl's one-step-off-policy recipe keys: a standalone rollout's pool (hybrid_engine=False)
+    "rollout": {"nnodes": 1, "n_gpus_per_node": 8},
 }
 
 # Keys verl v0.4.1 reads only in code, with the default its code uses (spec 04 "(hidden)"), and the reward-loop
