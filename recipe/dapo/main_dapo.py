@@ -9,6 +9,7 @@ from __future__ import annotations
 import hydra
 
 from verl.trainer.config import ConfigError, PPOConfig
+from verl.trainer.config.errors import raise_config_errors
 from verl.trainer.main_ppo import apply_demo_for_command_line, run_ppo
 
 __all__ = ["check_dapo_config", "main", "run_dapo"]
@@ -50,10 +51,7 @@ def check_dapo_config(config) -> None:
             f"algorithm.filter_groups.metric={groups.metric!r}: filtering is enabled and needs the name of a "
             "per-response value: acc, score, seq_reward, seq_final_reward or another reward extra info"
         )
-    if len(errors) == 1:
-        raise ConfigError(errors[0])
-    if errors:
-        raise ConfigError(f"{len(errors)} config errors:\n  - " + "\n  - ".join(errors))
+    raise_config_errors(errors)
 
 
 if __name__ == "__main__":

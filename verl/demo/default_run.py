@@ -85,12 +85,12 @@ def _user_has_verl_defaults(defaults) -> bool:
     return all(isinstance(p, str) and os.path.exists(os.path.expanduser(p)) for p in paths)
 
 
-def apply_builtin_demo(config, set_keys: Iterable[str], defaults=None) -> dict[str, object]:
+def apply_builtin_demo(config, set_keys: Iterable[str], defaults=None, values=None) -> dict[str, object]:
     """Switch ``config`` to the built-in demo when it names no data and no model; return the values chosen.
 
     ``set_keys`` are the keys the command line sets (:func:`command_line_keys`); ``defaults`` is the YAML the run
-    was composed from (default: ``ppo_trainer.yaml``). Returns an empty dict, and leaves ``config`` alone, for a
-    run on the user's own data or model.
+    was composed from (default: ``ppo_trainer.yaml``); ``values``: a recipe's demo values (default
+    ``DEMO_VALUES``). Returns an empty dict, and leaves ``config`` alone, for a run on the user's own data or model.
     """
     set_keys = set(set_keys)
     defaults = _yaml_defaults() if defaults is None else defaults
@@ -101,7 +101,7 @@ def apply_builtin_demo(config, set_keys: Iterable[str], defaults=None) -> dict[s
         return {}
     chosen = {}
     with open_dict(config):
-        for key, value in DEMO_VALUES.items():
+        for key, value in (DEMO_VALUES if values is None else values).items():
             if _is_set(key, set_keys) or _plain(OmegaConf.select(config, key)) != _yaml_value(defaults, key):
                 continue
             OmegaConf.update(config, key, value, merge=False)

@@ -34,8 +34,6 @@ class MegatronModelMerger(BaseModelMerger):
             )
         with open(path) as f:
             self.layout = json.load(f)
-        if self.config.is_value_model:
-            raise NotImplementedError("--is-value-model with --backend megatron: the Megatron engine trains no critic")
 
     def load_merged_state_dict(self) -> dict[str, torch.Tensor]:
         """The full HF-named state dict (stages in order, each from its tensor-parallel ranks of replica 0)."""

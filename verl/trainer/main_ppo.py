@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 # TaskRunner (a Ray actor class built on first access, see __getattr__) is left out so `import *` needs no Ray
 __all__ = ["create_rl_dataset", "create_rl_sampler", "main", "run_ppo", "train_in_ray"]
 
+ROLLOUT_POOL = "rollout_pool"  # a standalone rollout's resource pool (actor_rollout_ref.hybrid_engine=False)
+
 _RAY_ENV = {
     "TOKENIZERS_PARALLELISM": "true",
     "NCCL_DEBUG": "WARN",
@@ -42,12 +44,13 @@ def main(config) -> None:
     run_ppo(config)
 
 
-def apply_demo_for_command_line(config) -> None:
+def apply_demo_for_command_line(config, values: dict | None = None) -> None:
     """verl's defaults, unless this Hydra run names no data and no model: then the built-in demo's values
-    (``verl/demo/default_run.py``), each where the command line leaves the key alone, printed. For entry points."""
+    (``verl/demo/default_run.py``; a recipe may pass its own ``values``), each where the command line leaves the key
+    alone, printed. For entry points."""
     from hydra.core.hydra_config import HydraConfig
 
-    chosen = apply_builtin_demo(config, command_line_keys(HydraConfig.get().overrides.task))
+    chosen = apply_builtin_demo(config, command_line_keys(HydraConfig.get().overrides.task), values=values)
     if chosen:
         print(describe_choices(chosen), flush=True)
 
@@ -71,7 +74,8 @@ def ray_init_kwargs(config) -> dict:
     on_cpu = typed.trainer.device == "cpu"
     num_cpus = typed.ray_init.num_cpus
     if num_cpus is None and on_cpu:
-        num_cpus = max(os.cpu_count() or 1, typed.trainer.world_size + 1)
+        workers = typed.trainer.world_size + (0 if typed.actor_rollout_ref.hybrid_engine else typed.rollout.world_size)
+        num_cpus = max(os.cpu_count() or 1, workers + 1)
     # a cluster of our own: without address="local", ray.init joins whatever cluster the machine's last `ray start`
     # recorded in /tmp/ray/ray_current_cluster (another user's, or a stopped one), and fails on num_cpus there
     kwargs = {"address": "local", "runtime_env": {"env_vars": dict(_RAY_ENV)}, "num_cpus": num_cpus}
@@ -154,9 +158,17 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
 
     actor_cls, critic_cls, default_wg_cls = worker_classes(typed)
     actor_cls = actor_rollout_cls or actor_cls
-    role_worker_mapping = {Role.ActorRollout: ray_actor_class(actor_cls), Role.Critic: ray_actor_class(critic_cls)}
     pool = "global_pool"
-    mapping = {Role.ActorRollout: pool, Role.Critic: pool}
+    pool_spec = {pool: [typed.trainer.n_gpus_per_node] * typed.trainer.nnodes}
+    role_worker_mapping = {Role.Critic: ray_actor_class(critic_cls)}
+    mapping = {Role.Critic: pool}
+    if typed.actor_rollout_ref.hybrid_engine:
+        role_worker_mapping[Role.ActorRollout] = ray_actor_class(actor_cls)
+        mapping[Role.ActorRollout] = pool
+    else:  # the rollout on a pool of its own (top-level rollout.nnodes x rollout.n_gpus_per_node, verl's keys)
+        role_worker_mapping[Role.Actor] = role_worker_mapping[Role.Rollout] = ray_actor_class(actor_cls)
+        mapping[Role.Actor], mapping[Role.Rollout] = pool, ROLLOUT_POOL
+        pool_spec[ROLLOUT_POOL] = [typed.rollout.n_gpus_per_node] * typed.rollout.nnodes
     if typed.reward_model.enable and not typed.reward_model.use_reward_loop:  # the reward loop serves the model
         from verl.workers.roles.reward_model import RewardModelWorker
 
@@ -166,7 +178,7 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
         role_worker_mapping[Role.RefPolicy] = ray_actor_class(actor_cls)
         mapping[Role.RefPolicy] = pool
     resource_pool_manager = ResourcePoolManager(
-        resource_pool_spec={pool: [typed.trainer.n_gpus_per_node] * typed.trainer.nnodes},
+        resource_pool_spec=pool_spec,
         mapping=mapping,
         use_gpu=typed.trainer.device != "cpu",
     )

@@ -59,7 +59,11 @@ REF = "actor_rollout_ref.ref"
 
 # key (or 'prefix.*') -> where it is honoured or refused, for keys the runs above do not read.
 NOT_READ_HERE: dict[str, str] = {
+    "rollout.nnodes": "with actor_rollout_ref.hybrid_engine=False (tests/recipe/test_one_step_off_policy.py)",
+    "rollout.n_gpus_per_node": "with actor_rollout_ref.hybrid_engine=False (tests/recipe/test_one_step_off_policy.py)",
     "data.tokenizer": _REFUSED,
+    f"{R}.checkpoint_engine.*": "with hybrid_engine=False: the weight sync to the standalone rollout "
+    "(tests/workers/roles/test_standalone_rollout.py)",
     "data.return_raw_input_ids": _REFUSED,
     "data.custom_cls.name": "with data.custom_cls.path (test_rl_dataset::test_create_rl_dataset_custom_cls)",
     "actor_rollout_ref.model.enable_activation_offload": _REFUSED,

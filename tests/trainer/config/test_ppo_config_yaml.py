@@ -97,6 +97,8 @@ EXPECTED_PPO = {
             # verl >= 0.5's agent-loop file; ours: the loop of rows without agent_name
             "agent": {"agent_loop_config_path": None, "default_agent_loop": None},
             "calculate_log_probs": False, "profiler": PROFILER,
+            # verl >= 0.5 (its keys and defaults): the weight transfer to a rollout on workers of its own
+            "checkpoint_engine": {"backend": "naive", "update_weights_bucket_megabytes": 2048, "engine_kwargs": {}},
         },
     },
     "critic": {
@@ -177,6 +179,8 @@ EXPECTED_PPO = {
         },
     },
     "ray_init": {"num_cpus": None, "timeline_json_file": None},
+    # verl's one-step-off-policy recipe keys: a standalone rollout's pool (hybrid_engine=False)
+    "rollout": {"nnodes": 1, "n_gpus_per_node": 8},
 }
 
 # Keys verl v0.4.1 reads only in code, with the default its code uses (spec 04 "(hidden)"), and the reward-loop

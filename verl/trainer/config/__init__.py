@@ -39,13 +39,14 @@ from verl.trainer.config.model import CriticModelConfig, FusedKernelOptions, HFM
 from verl.trainer.config.reward_model import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
 from verl.trainer.config.rollout import (
     AgentLoopConfig,
+    CheckpointEngineConfig,
     EngineKwargsConfig,
     MultiTurnConfig,
     RolloutConfig,
     SamplingConfig,
 )
 from verl.trainer.config.sft import SFTConfig
-from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, TrainerConfig
+from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, RolloutPoolConfig, TrainerConfig
 from verl.utils.config import BaseConfig
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "CustomClsConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
+    "CheckpointEngineConfig",
     "EngineKwargsConfig",
     "FSDPConfig",
     "MegatronConfig",
@@ -76,6 +78,7 @@ __all__ = [
     "PPOConfig",
     "PolicyLossConfig",
     "RayInitConfig",
+    "RolloutPoolConfig",
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
@@ -111,4 +114,5 @@ class PPOConfig(BaseConfig):
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)

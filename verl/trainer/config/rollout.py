@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
 
-__all__ = ["AgentLoopConfig", "EngineKwargsConfig", "MultiTurnConfig", "RolloutConfig", "SamplingConfig"]
+__all__ = [
+    "AgentLoopConfig",
+    "CheckpointEngineConfig",
+    "EngineKwargsConfig",
+    "MultiTurnConfig",
+    "RolloutConfig",
+    "SamplingConfig",
+]
 
 
 @dataclass
@@ -57,6 +64,15 @@ class AgentLoopConfig(BaseConfig):
 
 
 @dataclass
+class CheckpointEngineConfig(BaseConfig):
+    """`rollout.checkpoint_engine`: how a trainer's weights reach a rollout on workers of its own."""
+
+    backend: str = "naive"
+    update_weights_bucket_megabytes: float = 2048
+    engine_kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
 class RolloutConfig(BaseConfig):
     """`actor_rollout_ref.rollout`. Any other key naming a vLLM `SamplingParams` attribute is passed to sampling."""
 
@@ -100,6 +116,7 @@ class RolloutConfig(BaseConfig):
     cpu_num_threads: int | None = None
     logprobs_mode: str = "processed_logprobs"
     kv_cache_sequences: int | None = None
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
 
     @property
     def uses_agent_loops(self) -> bool:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from verl.utils.config import BaseConfig
 
-__all__ = ["CustomRewardFunctionConfig", "RayInitConfig", "TrainerConfig"]
+__all__ = ["CustomRewardFunctionConfig", "RayInitConfig", "RolloutPoolConfig", "TrainerConfig"]
 
 _WATCHDOG_PHASES = {
     "init_model": 7200,
@@ -92,6 +92,18 @@ class CustomRewardFunctionConfig(BaseConfig):
     path: str | None = None
     name: str = "compute_score"
     reward_kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class RolloutPoolConfig(BaseConfig):
+    """Top-level `rollout`: the resource pool of a standalone rollout (``actor_rollout_ref.hybrid_engine=False``)."""
+
+    nnodes: int = 1
+    n_gpus_per_node: int = 8
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.n_gpus_per_node
 
 
 @dataclass

@@ -38,6 +38,7 @@ from verl.trainer.ppo.reward import PendingReward, compute_reward, reward_source
 from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts
 from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
+from verl.trainer.ppo.weight_sync import WeightSync
 from verl.utils.debug import marked_timer
 from verl.utils.device import peak_rss_gb
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
@@ -128,9 +129,10 @@ class RayPPOTrainer:
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn
         self.hybrid_engine = cfg.actor_rollout_ref.hybrid_engine
-        assert self.hybrid_engine, "only the hybrid engine (actor_rollout_ref.hybrid_engine=True) is supported"
-        assert Role.ActorRollout in role_worker_mapping, (
-            f"role_worker_mapping needs Role.ActorRollout, got {role_worker_mapping.keys()}"
+        needed = [Role.ActorRollout] if self.hybrid_engine else [Role.Actor, Role.Rollout]
+        assert all(role in role_worker_mapping for role in needed), (
+            f"role_worker_mapping needs {needed} (actor_rollout_ref.hybrid_engine={self.hybrid_engine}), "
+            f"got {list(role_worker_mapping)}"
         )
         self.role_worker_mapping = role_worker_mapping
         self.resource_pool_manager = resource_pool_manager
@@ -147,7 +149,8 @@ class RayPPOTrainer:
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         rollout = cfg.actor_rollout_ref.rollout
         if rollout.kv_cache_sequences is None:
-            prompts_per_rank = -(-cfg.data.generation_batch_size // cfg.trainer.world_size)
+            rollout_world = cfg.trainer.world_size if self.hybrid_engine else cfg.rollout.world_size
+            prompts_per_rank = -(-cfg.data.generation_batch_size // rollout_world)
             rollout.kv_cache_sequences = prompts_per_rank * rollout.n
         self.checkpointer = TrainerCheckpointer(cfg.trainer)
         self.validator = Validator(cfg, tokenizer, self.val_dataloader, val_reward_fn)
@@ -232,7 +235,12 @@ class RayPPOTrainer:
             pool = self.resource_pool_manager.get_resource_pool(which)
             pool_to_classes[pool][key] = RayClassWithInitArgs(cls=self.role_worker_mapping[which], **init_kwargs)
 
-        add(Role.ActorRollout, "actor_rollout", config=self.ppo_config.actor_rollout_ref, role="actor_rollout")
+        policy = self.ppo_config.actor_rollout_ref
+        if self.hybrid_engine:
+            add(Role.ActorRollout, "actor_rollout", config=policy, role="actor_rollout")
+        else:  # the rollout on a pool of its own; weights reach it through the checkpoint engine
+            add(Role.Actor, "actor", config=policy, role="actor")
+            add(Role.Rollout, "rollout", config=policy, role="rollout")
         if self.use_critic:
             add(Role.Critic, "critic", config=self.ppo_config.critic)
         if self.use_reference_policy:
@@ -265,8 +273,16 @@ class RayPPOTrainer:
         if self.use_rm:
             self.rm_wg = all_wg["rm"]
             self.rm_wg.init_model()
-        self.actor_rollout_wg = all_wg["actor_rollout"]
-        self.actor_rollout_wg.init_model()
+        if self.hybrid_engine:
+            self.actor_rollout_wg = self.rollout_wg = all_wg["actor_rollout"]
+            self.actor_rollout_wg.init_model()
+        else:
+            # verl's attribute names: actor_rollout_wg stays the group that trains (recipes and checkpoints use it)
+            self.actor_rollout_wg = self.actor_wg = all_wg["actor"]
+            self.rollout_wg = all_wg["rollout"]
+            self.actor_wg.init_model()
+            self.rollout_wg.init_model()
+            self.weight_sync = WeightSync(self.actor_wg, self.rollout_wg)
         # async mode: the workers' rollout plays agent loops (see AsyncActorRolloutRefWorker); called the same way
         self.async_rollout_mode = self.ppo_config.actor_rollout_ref.rollout.mode == "async"
 
@@ -307,11 +323,17 @@ class RayPPOTrainer:
         """`_generate` in one call to the rollout workers."""
         gen_batch = self._pop_generation_inputs(batch)
         gen_batch.meta_info["global_steps"] = self.global_steps
+        self._sync_rollout_weights(timing_raw)
         with marked_timer("gen", timing_raw):
-            gen_output = pop_worker_timing(self.actor_rollout_wg.generate_sequences(gen_batch), timing_raw)
+            gen_output = pop_worker_timing(self.rollout_wg.generate_sequences(gen_batch), timing_raw)
         if self.ppo_config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing_raw):
                 batch.batch["reward_baselines"] = self._greedy_baseline(batch, gen_batch)
+        return self._merge_generation(batch, gen_batch, gen_output)
+
+    def _merge_generation(self, batch: DataProto, gen_batch: DataProto, gen_output: DataProto) -> DataProto:
+        """The prompts' batch, repeated ``rollout.n`` times (interleaved), with ``gen_output`` (the responses to
+        ``gen_batch``, popped from it) and a ``uid`` per prompt."""
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         # per-prompt values the rollout did not hand back (the HF rollout returns tensors only) stay with the batch,
         # e.g. raw_prompt for a reward model that re-applies its own chat template
@@ -330,7 +352,7 @@ class RayPPOTrainer:
         """ReMax: the reward of the greedy response to each prompt, ``(bs,)``."""
         baseline_batch = deepcopy(gen_batch)
         baseline_batch.meta_info["do_sample"] = False
-        baseline_out = self.actor_rollout_wg.generate_sequences(baseline_batch)
+        baseline_out = self.rollout_wg.generate_sequences(baseline_batch)
         scored = deepcopy(batch).union(baseline_out)
         reward_tensor, _ = compute_reward(scored, self.reward_fn)
         return reward_tensor.sum(dim=-1)
@@ -513,11 +535,65 @@ class RayPPOTrainer:
         """
         metrics: dict = {}
         batch = self._generate(batch, timing_raw)
+        with marked_timer("train", timing_raw):  # reward to update: what a standalone rollout could overlap
+            batch = self._train_on_generated(batch, metrics, timing_raw)
+        return batch, metrics
+
+    def _train_on_generated(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        """Everything of a step after generation: agent-loop metrics, balancing, reward, then the updates."""
         metrics.update(pop_agent_loop_metrics(batch))  # the agent loops' turns, tool calls, ... (all ranks)
         self._balance_and_count_tokens(batch, metrics)
         with marked_timer("reward", timing_raw):
             batch, reward = self._compute_reward(batch, timing_raw)
-        return self._train_on_rollouts(batch, reward, metrics, timing_raw), metrics
+        return self._train_on_rollouts(batch, reward, metrics, timing_raw)
+
+    # ------------------------------------------------------------------------------ standalone rollout's weights
+    # The largest staleness (trainer's weight version minus the version that generated a sample) this trainer
+    # allows: 0 for the synchronous trainer, whose rollout always has the weights of the last update.
+    max_weight_staleness = 0
+
+    def _actor_weight_version(self) -> int:
+        """The version of the actor's weights while step ``global_steps`` trains: the number of steps done."""
+        return self.global_steps - 1
+
+    def _sync_rollout_weights(self, timing_raw: dict) -> None:
+        """Send the actor's weights to a standalone rollout through the checkpoint engine, if it lags behind (the
+        hybrid engine hands them over inside the worker); logged as ``timing_s/sync_rollout_weights`` and
+        ``checkpoint_engine/*``."""
+        if self.hybrid_engine:
+            return
+        version = self._actor_weight_version()
+        if self.weight_sync.version == version:
+            return
+        with marked_timer("sync_rollout_weights", timing_raw):
+            stats = self.weight_sync.send(version)
+        self._sync_stats = stats
+
+    def _record_weight_staleness(self, batch: DataProto, metrics: dict) -> None:
+        """``training/weight_version_staleness/{max,mean}`` of a standalone rollout's samples; a sample more than
+        ``max_weight_staleness`` versions behind the actor stops the run."""
+        if self.hybrid_engine:
+            return
+        versions = batch.non_tensor_batch.get("weight_version")
+        if versions is None:
+            raise RuntimeError(
+                "the standalone rollout returned no non_tensor_batch['weight_version']: the rollout worker does not "
+                "tag its samples with the weight version that generated them"
+            )
+        staleness = self._actor_weight_version() - np.asarray(versions, dtype=np.int64)
+        metrics["training/weight_version_staleness/max"] = int(staleness.max())
+        metrics["training/weight_version_staleness/mean"] = float(staleness.mean())
+        metrics["training/weight_version/min"] = int(np.min(versions))
+        if staleness.max() > self.max_weight_staleness or staleness.min() < 0:
+            raise RuntimeError(
+                f"step {self.global_steps}: samples generated with weight versions {sorted(set(versions.tolist()))} "
+                f"while the actor has version {self._actor_weight_version()}; this trainer allows a staleness of "
+                f"0..{self.max_weight_staleness}"
+            )
+        sync = getattr(self, "_sync_stats", None)
+        if sync is not None:
+            metrics.update({f"checkpoint_engine/{k}": v for k, v in sync.items()})
+            self._sync_stats = None
 
     def _balance_and_count_tokens(self, batch: DataProto, metrics: dict) -> None:
         """Balance the rows across ranks (``trainer.balance_batch``) and record the tokens per row."""
@@ -530,6 +606,7 @@ class RayPPOTrainer:
     ) -> DataProto:
         """The second half of a step, on generated rollouts whose reward is ``reward`` (None: already on the batch):
         old log-probs, reference, values, advantages, critic and actor updates, rollout dump."""
+        self._record_weight_staleness(batch, metrics)  # a standalone rollout's samples: which weights made them
         with marked_timer("old_log_prob", timing_raw):
             batch = self._compute_old_log_prob(batch, metrics, timing_raw)
             batch = self._apply_rollout_correction(batch, metrics)
@@ -601,6 +678,8 @@ class RayPPOTrainer:
         self.global_steps = 0
         self._consecutive_nonfinite = 0
         self._load_checkpoint()
+        if not self.hybrid_engine:  # from scratch both pools load the same files; on resume the actor's are newer
+            self.weight_sync.send(self.global_steps)
         reporter = self._make_reporter()
         if self.val_reward_fn is not None and trainer_cfg.val_before_train:
             val_metrics = self._validate()
@@ -694,7 +773,7 @@ class RayPPOTrainer:
 
     def _profiling_groups(self) -> list:
         groups = [self.actor_rollout_wg]
-        for name in ("ref_policy_wg", "critic_wg", "rm_wg"):
+        for name in ("ref_policy_wg", "critic_wg", "rm_wg") + (() if self.hybrid_engine else ("rollout_wg",)):
             if hasattr(self, name):
                 groups.append(getattr(self, name))
         return groups
@@ -712,7 +791,9 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------ collaborators
     def _validate(self) -> dict:
         """Validation metrics of the current policy (verl's method name; recipes call it)."""
-        return self.validator.validate(self.actor_rollout_wg, self.global_steps)
+        if not self.hybrid_engine:  # the rollout validates the weights of the step just trained
+            self.weight_sync.send_if_behind(self.global_steps)
+        return self.validator.validate(self.rollout_wg, self.global_steps)
 
     def _save_checkpoint(self) -> None:
         """Save and publish the checkpoint of ``global_steps``."""

@@ -18,7 +18,7 @@ A *micro batch* is a dict of tensors (``input_ids``, ``attention_mask``, ``posit
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +125,13 @@ class TrainingEngine(ABC):
         """The context that hands this engine's current weights to ``rollout``'s inference engine around each
         generation (and frees that engine's memory after it). ``device_mesh``: the rollout's ``("dp", "infer_tp")``
         mesh."""
+
+    def hf_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The current weights as full tensors named as in the model's HF checkpoint, gathered piece by piece (a
+        collective: every rank of the engine consumes the whole iterator); what the weight hand-offs and the
+        checkpoint engine send to a rollout. A LoRA policy's adapters come folded into the base weights; an LM head
+        tied to the embedding is left out (the receiver ties it again)."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream its weights to a rollout")
 
     def hf_rollout_module(self) -> tuple[torch.nn.Module, BaseShardingManager | None]:
         """The HF model the HF rollout samples from, and the hand-off that brings this engine's current weights into

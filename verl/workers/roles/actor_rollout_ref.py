@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager, nullcontext
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
@@ -66,15 +67,23 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         self.actor_engine = self.ref_engine = None
         self.rollout_sharding_manager = None
         self.processor = None
+        # a rollout on workers of its own (hybrid_engine=False): no training engine, weights from the checkpoint
+        # engine; main_generation's role="rollout" keeps the hybrid layout (a frozen copy handed to the rollout)
+        self._standalone = role == "rollout" and not config.hybrid_engine
+        self._standalone_rollout = None
+        self.checkpoint_engine = None
+        self.weight_version = -1  # the version of the weights this worker generates with; -1: the checkpoint's own
 
     @property
     def actor_module(self) -> torch.nn.Module:
-        """The policy the actor trains and the rollout samples from."""
+        """The policy the actor trains and the rollout samples from (a standalone HF rollout's own model)."""
+        if self._standalone:
+            return self._standalone_rollout.module
         return self.actor_engine.module
 
     # ------------------------------------------------------------------------------------------ model building
-    def _build_engine(self, role: str):
-        """The engine of ``role`` ("actor", "rollout" or "ref"), from the policy's files."""
+    def _load_files(self):
+        """The policy's files (local folder, tokenizer, HF config, processor), kept on the worker."""
         model_cfg = self.config.model
         files = load_pretrained(
             model_cfg.path,
@@ -85,6 +94,11 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         )
         self.tokenizer, self.local_path, self.hf_config = files.tokenizer, files.local_path, files.hf_config
         self.processor = files.processor  # vision-language models: saved with checkpoints
+        return files
+
+    def _build_engine(self, role: str):
+        """The engine of ``role`` ("actor", "rollout" or "ref"), from the policy's files."""
+        files = self._load_files()
         section, key = (self.config.ref, "ref") if role == "ref" else (self.config.actor, "actor")
         engine_cls = get_engine_cls(section.strategy, f"actor_rollout_ref.{key}.strategy")
         return engine_cls.build(role, self.config, files)
@@ -133,6 +147,17 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         from verl.workers.actor import PPOActor
 
         import_external_libs(self.config.model.external_lib)
+        if self._standalone:
+            from verl.workers.rollout.standalone import build_standalone_rollout
+
+            self._standalone_rollout = build_standalone_rollout(self.config, self._load_files())
+            self.rollout = self._standalone_rollout.rollout
+            self.rollout_sharding_manager = self._standalone_rollout.sharding_manager
+            if self.config.rollout.uses_agent_loops:
+                from verl.multi_turn import AgentLoopRollout
+
+                self.rollout = AgentLoopRollout(self.rollout, self.config.rollout, self.tokenizer)
+            return
         if self._is_actor or self._is_rollout:
             self.actor_engine = self._build_engine("actor" if self._is_actor else "rollout")
             if self._is_actor:
@@ -160,7 +185,16 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses for left-padded prompts (n per prompt, interleaved)."""
         assert self._is_rollout, f"generate_sequences needs a rollout role, this worker is {self.role!r}"
-        generation_config = getattr(self.actor_module, "generation_config", None)
+        if self._standalone:
+            generation_config = self._standalone_rollout.generation_config
+            if self._standalone_rollout.needs_weights:
+                raise RuntimeError(
+                    f"this standalone rollout started with dummy weights (actor_rollout_ref.rollout.load_format="
+                    f"{self.config.rollout.load_format!r}): sync weights (send_weights / receive_weights) before "
+                    "generating, or load real ones (load_format=auto)"
+                )
+        else:
+            generation_config = getattr(self.actor_module, "generation_config", None)
         eos = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
         prompts.meta_info["eos_token_id"] = eos if eos is not None else self.tokenizer.eos_token_id
         prompts.meta_info["pad_token_id"] = self.tokenizer.pad_token_id
@@ -176,6 +210,9 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             if self.rollout_sharding_manager is not None:
                 output = self.rollout_sharding_manager.postprocess_data(output)
         output.meta_info["timing"] = {"generate_sequences": time.perf_counter() - start, "reshard": reshard}
+        if self._standalone:  # which policy generated each sample, for the trainer's staleness checks
+            output.non_tensor_batch["weight_version"] = np.full(len(output), self.weight_version, dtype=np.int64)
+            output.meta_info["weight_version"] = self.weight_version
         return output.to("cpu")
 
     @contextmanager
@@ -247,6 +284,85 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             self.actor_engine.lr_scheduler_step()
         return DataProto(meta_info={"metrics": metrics})
 
+    # ------------------------------------------------------------------------------------------ checkpoint engine
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def checkpoint_engine_address(self) -> tuple[str, int]:
+        """An address and free port on this worker's node, for a checkpoint-engine rendezvous that actor rank 0
+        hosts (the driver takes rank 0's answer)."""
+        from verl.single_controller.base.worker import WorkerHelper
+
+        return WorkerHelper._get_node_ip(), WorkerHelper._get_free_port()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def init_checkpoint_engine(
+        self, master_addr: str, master_port: int, world_size: int, rank_offset: int, backend: str | None = None
+    ) -> None:
+        """Join the weight-transfer group: actor rank 0 is transfer rank 0 (the sender, hosting the rendezvous at
+        ``master_addr:master_port``), rollout rank r is transfer rank ``rank_offset + r``; ``world_size`` = 1 + the
+        rollout workers. Other actor ranks take part in the gathers of :meth:`send_weights` but send nothing.
+
+        Non-blocking: the actor's and the rollout's calls must be in flight together (collect both futures).
+        ``backend`` overrides ``rollout.checkpoint_engine.backend``: a driver whose worker groups all run in its own
+        process (the in-process worker group) passes ``"local"``, since its calls run one after the other."""
+        from verl.checkpoint_engine import build_checkpoint_engine
+
+        if self._is_actor:
+            if self.rank != 0:
+                return None
+            if rank_offset != 0:
+                raise ValueError(f"init_checkpoint_engine: the actor sends from transfer rank 0, got {rank_offset=}")
+        elif not self._standalone:
+            raise RuntimeError(
+                f"init_checkpoint_engine needs the actor role or a standalone rollout (role='rollout' with "
+                f"actor_rollout_ref.hybrid_engine=False); this worker is {self.role!r}"
+            )
+        settings = self.config.rollout.checkpoint_engine
+        self.checkpoint_engine = build_checkpoint_engine(
+            backend or settings.backend,
+            rank_offset + self.rank,
+            world_size,
+            settings.update_weights_bucket_megabytes,
+            settings.engine_kwargs,
+        )
+        self.checkpoint_engine.connect(master_addr, master_port)
+        return None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def send_weights(self, version: int):
+        """Send the actor's current weights, tagged ``version``, to the rollout workers (a collective over the actor
+        ranks, which gather each tensor; rank 0 sends). Returns rank 0's :class:`~verl.checkpoint_engine.SyncStats`
+        (None on the other ranks). Non-blocking: collect it with the rollout's :meth:`receive_weights`."""
+        assert self._is_actor, f"send_weights needs the actor role, this worker is {self.role!r}"
+        with self._resident(), torch.no_grad():
+            weights = self.actor_engine.hf_weights()
+            if self.checkpoint_engine is None:
+                if self.rank == 0:
+                    raise RuntimeError("send_weights before init_checkpoint_engine")
+                for _ in weights:  # the gathers are collectives: take part, keep nothing
+                    pass
+                return None
+            stats = self.checkpoint_engine.send_weights(weights, version)
+        self.weight_version = int(version)
+        return stats
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def receive_weights(self):
+        """Receive a weight transfer into the rollout engine; later generations carry its version in
+        ``non_tensor_batch["weight_version"]``. Returns this rank's :class:`~verl.checkpoint_engine.SyncStats`."""
+        assert self._standalone, f"receive_weights needs a standalone rollout, this worker is {self.role!r}"
+        if self.checkpoint_engine is None:
+            raise RuntimeError("receive_weights before init_checkpoint_engine")
+        self._standalone_rollout.load_weights(self.checkpoint_engine.receive_weights())
+        self.weight_version = self.checkpoint_engine.version
+        return self.checkpoint_engine.last_stats
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def close_checkpoint_engine(self) -> None:
+        """Leave the weight-transfer group."""
+        if self.checkpoint_engine is not None:
+            self.checkpoint_engine.finalize()
+            self.checkpoint_engine = None
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         """Save this rank's shard of model / optimizer / extra state under ``local_path``."""
@@ -259,6 +375,11 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
     def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
         """Restore this rank's shard saved by :meth:`save_checkpoint`."""
         assert self._is_actor or self._is_rollout, f"load_checkpoint: role {self.role!r} holds no checkpoint"
+        if self._standalone:
+            raise RuntimeError(
+                "a standalone rollout (actor_rollout_ref.hybrid_engine=False) holds no checkpoint: resume the actor, "
+                "then send its weights (send_weights / receive_weights)"
+            )
         self.actor_engine.load_checkpoint(
             local_path=local_path, hdfs_path=hdfs_path, del_local_after_load=del_local_after_load
         )

@@ -13,32 +13,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn as nn
-from torch.distributed.tensor import DTensor
 
 from verl.protocol import DataProto, all_gather_data_proto
-from verl.utils.device import get_device_name, get_torch_device, is_accelerator_available
-from verl.utils.fsdp_utils import fsdp_version, load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
+from verl.utils.device import get_torch_device, is_accelerator_available
+from verl.utils.fsdp_utils import load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
 from verl.workers.sharding_manager.base import BaseShardingManager
-from verl.workers.sharding_manager.lora_merge import lora_scalings, merge_lora_stream, strip_peft_prefix
+from verl.workers.sharding_manager.fsdp_weights import checkpoint_layout, fsdp_full_weights, normalize_weight_name
 from verl.workers.sharding_manager.vllm_cpu_memory import release_engine_memory, restore_engine_memory
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FSDPVLLMShardingManager", "checkpoint_layout", "normalize_weight_name"]
-
-# Wrapper prefixes that FSDP1, activation checkpointing and torch.compile insert into parameter names.
-_WRAPPER_PARTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
-
-
-def normalize_weight_name(name: str) -> str:
-    """The HF checkpoint name of a (possibly wrapped) parameter: wrapper prefixes removed."""
-    for part in _WRAPPER_PARTS:
-        name = name.replace(part, "")
-    return name
+__all__ = ["FSDPVLLMShardingManager", "checkpoint_layout", "load_weights_into_vllm", "normalize_weight_name"]
 
 
 def _retie_lm_head(model: nn.Module) -> None:
@@ -94,71 +83,14 @@ def _reload_on_worker(worker, weights: Iterable[tuple[str, torch.Tensor]], tied:
     _repack_cpu_experts(model)
 
 
-def _unit_tensors(module: nn.Module, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """``module``'s parameters and persistent buffers in state-dict order, not descending into nested FSDP1 units."""
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-    for name, param in module.named_parameters(recurse=False):
-        yield prefix + name, param
-    for name, buffer in module.named_buffers(recurse=False):
-        if name not in module._non_persistent_buffers_set:
-            yield prefix + name, buffer
-    for name, child in module.named_children():
-        if not isinstance(child, FSDP):
-            yield from _unit_tensors(child, f"{prefix}{name}.")
-
-
-def _fsdp1_unit_tensors(root: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(wrapped_name, full_tensor)`` of an FSDP1 module, gathering one FSDP unit at a time (a collective).
-
-    Each unit's flat parameter is all-gathered alone (``summon_full_params(recurse=False)``, full precision, as the
-    full state dict does) and resharded before the next unit, so beyond the shards only one unit's full parameters
-    exist at once. Units come in module pre-order (the root's own tensors first: embedding, final norm, LM head),
-    state-dict order inside a unit. A yielded tensor is a view valid until the next one is requested: copy it to
-    keep it. Buffers come back in their original dtype, as in the full state dict.
-    """
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-    # FSDP1 casts buffers to the mixed-precision buffer dtype in place; its state dict casts them back.
-    buffer_dtypes = getattr(root, "_buffer_name_to_orig_dtype", {})
-    for prefix, unit in root.named_modules():  # pre-order: the root comes first and is lazily initialised as root
-        if not isinstance(unit, FSDP):
-            continue
-        with FSDP.summon_full_params(unit, recurse=False, writeback=False):
-            for name, tensor in _unit_tensors(unit, f"{prefix}." if prefix else ""):
-                dtype = buffer_dtypes.get(normalize_weight_name(name), tensor.dtype)
-                yield name, tensor if tensor.dtype == dtype else tensor.to(dtype)
-
-
-def checkpoint_layout(module: nn.Module) -> Callable[[str, torch.Tensor], Iterable[tuple[str, torch.Tensor]]] | None:
-    """``(name, tensor) -> [(checkpoint_name, tensor), ...]`` for a model whose in-memory weights differ from its
-    checkpoint's, None when they do not.
-
-    transformers >= 5 fuses some weights when it loads them (a MoE layer's experts become two 3D tensors, e.g.
-    ``mlp.experts.gate_up_proj``); vLLM's loaders read the checkpoint's per-expert names and silently skip the
-    fused ones, so the engine would keep its old experts. ``save_pretrained`` undoes the fusion the same way.
-    """
-    try:
-        from transformers import PreTrainedModel
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightConverter, revert_weight_conversion
-    except ImportError:  # transformers 4 keeps the checkpoint's layout in memory
-        return None
-    hf_model = getattr(module, "_fsdp_wrapped_module", module)
-    if hasattr(hf_model, "get_base_model"):  # PEFT: the stream carries the base model's names
-        hf_model = hf_model.get_base_model()
-    if not isinstance(hf_model, PreTrainedModel):
-        return None
-    conversions = getattr(hf_model, "_weight_conversions", None)
-    if conversions is None:
-        conversions = get_model_conversion_mapping(hf_model, add_legacy=False)
-    if not any(isinstance(c, WeightConverter) for c in conversions or ()):
-        return None
-
-    def to_checkpoint(name: str, tensor: torch.Tensor) -> Iterable[tuple[str, torch.Tensor]]:
-        return revert_weight_conversion(hf_model, {name: tensor}).items()
-
-    return to_checkpoint
+def load_weights_into_vllm(inference_engine, weights: Iterable[tuple[str, torch.Tensor]] | dict, tied: bool) -> None:
+    """Load a full set of HF-named weights into ``inference_engine`` (a ``vllm.LLM`` in this process) and drop its
+    now stale prefix cache. ``tied``: the model ties its LM head to the embedding (the stream leaves the head out)."""
+    if isinstance(weights, dict):
+        weights = iter(weights.items())
+    with torch.no_grad():  # the gathers run lazily inside the engine's loader: keep autograd out of them
+        inference_engine.collective_rpc(_reload_on_worker, args=(weights, tied))
+    inference_engine.reset_prefix_cache()
 
 
 class FSDPVLLMShardingManager(BaseShardingManager):
@@ -169,11 +101,13 @@ class FSDPVLLMShardingManager(BaseShardingManager):
     ``full_params`` (FSDP1, world size 1) and ``layered_summon`` (LoRA) are accepted for interface compatibility:
     weights are always streamed (see :meth:`_full_weights`). ``free_cache_engine`` releases a CPU engine's weights
     and KV cache on exit and restores them on entry (a GPU engine sleeps instead when it was built with sleep mode).
+    ``module=None``: a standalone rollout's manager, which keeps the engine's RNG and inference-TP data split but
+    reloads nothing on entry (its weights arrive through the checkpoint engine, :func:`load_weights_into_vllm`).
     """
 
     def __init__(
         self,
-        module: nn.Module,
+        module: nn.Module | None,
         inference_engine,
         model_config,
         full_params: bool = False,
@@ -217,49 +151,12 @@ class FSDPVLLMShardingManager(BaseShardingManager):
 
     # ------------------------------------------------------------------ weights
     def _full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield ``(hf_name, full_tensor)``, each tensor the caller's to keep (a collective for sharded modules: every
-        rank of the FSDP group must consume the whole iterator in the same order).
-
-        FSDP2 and plain modules: state-dict order, one DTensor gathered at a time. FSDP1: unit by unit (see
-        :func:`_fsdp1_unit_tensors`), the same names and values as its full state dict.
-        """
-        scalings = lora_scalings(self.module, normalize_weight_name)
-        stream = self._gathered_weights()
-        # a PEFT actor: the engine gets base weights with the adapters folded in (see lora_merge)
-        stream = merge_lora_stream(stream, scalings) if scalings else stream
-        to_checkpoint = checkpoint_layout(self.module)
-        if to_checkpoint is None:
-            yield from stream
-        else:
-            for name, tensor in stream:
-                yield from to_checkpoint(name, tensor)
-
-    def _gathered_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        fsdp1 = fsdp_version(self.module) == 1
-        if fsdp1:
-            tensors = _fsdp1_unit_tensors(self.module)
-        else:
-            tensors = self.module.state_dict().items()  # FSDP2: DTensor shards, nothing gathered yet
-        device = get_device_name() if self.on_accelerator else None
-        for name, tensor in tensors:
-            name = strip_peft_prefix(normalize_weight_name(name))
-            if self.tied and name == "lm_head.weight":
-                continue  # the engine ties it to the embedding; gathering it would be wasted traffic
-            if device is not None and tensor.device.type == "cpu":
-                tensor = tensor.to(device, non_blocking=True)  # CPU-offloaded shards gather over the device
-            if isinstance(tensor, DTensor):
-                tensor = tensor.full_tensor()
-            elif fsdp1:
-                tensor = tensor.clone()  # a view into the unit's gathered storage, which is freed when it reshards
-            yield name, tensor.detach()
+        """Yield ``(hf_name, full_tensor)`` of the actor's module (see :func:`fsdp_full_weights`; a collective)."""
+        return fsdp_full_weights(self.module, skip_tied_lm_head=self.tied)
 
     def update_params(self, weights: Iterable[tuple[str, torch.Tensor]] | dict) -> None:
         """Load a full set of HF-named weights into the engine and drop its now stale prefix cache."""
-        if isinstance(weights, dict):
-            weights = iter(weights.items())
-        with torch.no_grad():  # the gathers run lazily inside the engine's loader: keep autograd out of them
-            self.inference_engine.collective_rpc(_reload_on_worker, args=(weights, self.tied))
-        self.inference_engine.reset_prefix_cache()
+        load_weights_into_vllm(self.inference_engine, weights, self.tied)
         self.base_sync_done = True
 
     # ------------------------------------------------------------------ context
@@ -273,7 +170,8 @@ class FSDPVLLMShardingManager(BaseShardingManager):
             self.inference_engine.wake_up(tags=["weights"])
         if self.release_on_cpu:
             self.inference_engine.collective_rpc(restore_engine_memory)
-        self.update_params(self._full_weights())
+        if self.module is not None:  # None: a standalone rollout, whose weights come from the checkpoint engine
+            self.update_params(self._full_weights())
         if self.offload_param:
             offload_fsdp_model_to_cpu(self.module)
         if self.on_accelerator:
@@ -292,7 +190,8 @@ class FSDPVLLMShardingManager(BaseShardingManager):
             self.inference_engine.sleep(level=1)  # drop weights and KV cache until the next generation
         if self.release_on_cpu:
             self.inference_engine.collective_rpc(release_engine_memory)
-        self.module.train()
+        if self.module is not None:
+            self.module.train()
         if self.on_accelerator:
             get_torch_device().empty_cache()
         if self.gen_random_states is not None:

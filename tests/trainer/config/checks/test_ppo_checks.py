@@ -9,8 +9,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import verl
-from verl.trainer.config import ConfigError
+from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
+from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
 from verl.utils.device import get_device_name, is_cuda_available
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
@@ -616,7 +617,18 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
 @pytest.mark.parametrize(
     "updates, message",
     [
-        ({"algorithm__adv_estimator": "gae"}, "algorithm.adv_estimator='gae' trains a critic"),
+        (
+            {"algorithm__adv_estimator": "gae", "critic__megatron__pipeline_model_parallel_size": 2},
+            "critic.megatron.pipeline_model_parallel_size=2 differs from the actor's (1)",
+        ),
+        (
+            {"algorithm__adv_estimator": "gae", "critic__strategy": "fsdp2"},
+            "critic.strategy='fsdp2' beside actor_rollout_ref.actor.strategy=megatron",
+        ),
+        (
+            {"reward_model__enable": True, "reward_model__megatron__param_offload": True},
+            "reward_model.megatron.param_offload=True is not implemented",
+        ),
         (
             {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
             "actor_rollout_ref.actor.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
@@ -641,13 +653,33 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "pipeline_model_parallel_size=2 must divide the model's 1 layers",  # the tiny test model has one
         ),
     ],
-    ids=["critic", "sp", "dist-opt", "cp", "offload", "cuda", "ulysses", "ref-sizes", "layers"],
+    ids=[
+        *("critic-sizes", "critic-fsdp", "rm-offload", "sp", "dist-opt", "cp"),
+        *("offload", "cuda", "ulysses", "ref-sizes", "layers"),
+    ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     with pytest.raises(ConfigError) as info:
         check_ppo_config(_megatron_grpo(base_cfg, **updates))
     assert message in str(info.value), str(info.value)
+
+
+def test_megatron_gae_and_reward_model_are_accepted(base_cfg):
+    """A Megatron critic and reward model beside the Megatron actor (same tensor / pipeline sizes) pass; a Megatron
+    critic or reward model beside an FSDP actor does not."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed")
+    no_dist_opt = {
+        f"{role}__megatron__use_distributed_optimizer": False
+        for role in ("actor_rollout_ref__actor", "critic", "reward_model")
+    }
+    rm = {"reward_model__enable": True, "reward_model__model__path": base_cfg.critic.model.path}
+    rm["reward_model__micro_batch_size_per_gpu"] = 2
+    check_ppo_config(_megatron_grpo(base_cfg, algorithm__adv_estimator="gae", **no_dist_opt, **rm))
+    for key in ("critic", "reward_model"):
+        updates = {"algorithm__adv_estimator": "gae", **rm, f"{key}__strategy": "megatron"}
+        with pytest.raises(ConfigError, match=rf"{key}.strategy='megatron' needs actor_rollout_ref.actor.strategy"):
+            check_ppo_config(_with(base_cfg, **updates))
 
 
 def test_megatron_without_megatron_core_says_how_to_install(base_cfg, monkeypatch):
@@ -690,3 +722,64 @@ def test_main_ppo_refuses_dynamic_sampling(base_cfg):
 
     with pytest.raises(ConfigError, match=r"algorithm\.filter_groups\.enable=True.*recipe\.dapo\.main_dapo"):
         run_ppo(_with(base_cfg, algorithm__filter_groups__enable=True))
+
+
+# ------------------------------------------------------- standalone rollout (actor_rollout_ref.hybrid_engine=False)
+
+
+@pytest.fixture
+def standalone(base_cfg):
+    return _with(
+        base_cfg,
+        actor_rollout_ref__hybrid_engine=False,
+        trainer__n_gpus_per_node=1,
+        rollout__n_gpus_per_node=1,
+        actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=4,
+    )
+
+
+def test_hybrid_engine_false_is_accepted(standalone):
+    check_ppo_config(standalone)
+    typed = PPOConfig.from_config(standalone)
+    assert typed.rollout.nnodes == 1 and typed.rollout.n_gpus_per_node == 1 and typed.rollout.world_size == 1
+
+
+def test_yaml_has_verls_rollout_pool_keys():
+    import verl
+
+    yaml = OmegaConf.load(os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "ppo_trainer.yaml"))
+    assert yaml.rollout.nnodes == 1 and yaml.rollout.n_gpus_per_node == 8  # verl's one-step recipe defaults
+    assert yaml.actor_rollout_ref.hybrid_engine is True
+
+
+@pytest.mark.parametrize(
+    "updates, expected",
+    [
+        ({"rollout__n_gpus_per_node": 0}, ["rollout.n_gpus_per_node=0", ">= 1"]),
+        ({"actor_rollout_ref__model__lora_rank": 8}, ["lora_rank=8", "lora_rank=0"]),
+        ({"data__train_batch_size": 9, "rollout__n_gpus_per_node": 2}, ["data.train_batch_size=9", "divisible"]),
+        (
+            {"rollout__n_gpus_per_node": 4096, "data__train_batch_size": 4096},
+            ["rollout.n_gpus_per_node=4096", "core(s)", "at most"],
+        ),
+        ({"actor_rollout_ref__hybrid_engine": "yes"}, ["actor_rollout_ref.hybrid_engine='yes'"]),
+    ],
+)
+def test_refused_with_key_value_and_fix(standalone, updates, expected):
+    with pytest.raises(ConfigError) as info:
+        check_ppo_config(_with(standalone, **updates))
+    for text in expected:
+        assert text in str(info.value), (text, str(info.value))
+
+
+def test_trainer_and_rollout_processes_count_together(standalone):
+    cores = os.cpu_count() or 1
+    cfg = PPOConfig.from_config(_with(standalone, trainer__n_gpus_per_node=cores, rollout__n_gpus_per_node=1))
+    problems = check_standalone_rollout(cfg, "cpu")
+    assert any(f"= {cores + 1} worker processes" in p for p in problems), problems
+    assert check_standalone_rollout(cfg, "cpu", check_device=False) == []
+
+
+def test_hybrid_engine_ignores_rollout_pool(base_cfg):
+    cfg = PPOConfig.from_config(_with(base_cfg, rollout__n_gpus_per_node=4096))
+    assert check_standalone_rollout(cfg, "cpu") == []

@@ -143,18 +143,27 @@ def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | N
         module, handoff = worker.actor_engine.hf_rollout_module()
         with handoff:
             result["rollout"] = {k: v.detach().clone() for k, v in module.state_dict().items()}
-        # save after the first update, update again, restore, update again: the same second update (exact resume)
-        worker.save_checkpoint(ckpt, global_step=1)
-        worker.update_actor(full.chunk(WORLD)[rank])
-        second = _full_params(worker)
-        worker.load_checkpoint(ckpt)
-        restored = _full_params(worker)
-        worker.update_actor(full.chunk(WORLD)[rank])
-        resumed = _full_params(worker)
-        result["restored_exact"] = all(torch.equal(restored[k], result["after"][k]) for k in restored)
-        result["resumed_exact"] = all(torch.equal(resumed[k], second[k]) for k in second)
-        result["second_moved"] = max((second[k] - result["after"][k]).abs().max().item() for k in second)
+        update = lambda: worker.update_actor(full.chunk(WORLD)[rank])  # noqa: E731
+        result.update(exact_resume(worker, update, lambda: _full_params(worker), result["after"], ckpt))
     return result
+
+
+def exact_resume(worker, update, params, after: dict, ckpt: str) -> dict:
+    """Save ``worker`` (whose parameters are ``after``) to ``ckpt``, ``update()`` again, restore, ``update()`` again:
+    whether the restore and the update after it are exact, and how far the second update moved (``params()``: the
+    full HF-named parameters)."""
+    worker.save_checkpoint(ckpt, global_step=1)
+    update()
+    second = params()
+    worker.load_checkpoint(ckpt)
+    restored = params()
+    update()
+    resumed = params()
+    return {
+        "restored_exact": all(torch.equal(restored[k], after[k]) for k in restored),
+        "resumed_exact": all(torch.equal(resumed[k], second[k]) for k in second),
+        "second_moved": max((second[k] - after[k]).abs().max().item() for k in second),
+    }
 
 
 def _run(rank: int, model: str, tp: int, pp: int, out: str, ckpt: str):

@@ -29,7 +29,9 @@ from verl.trainer.config.checks.multi_turn import check_multi_turn
 from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_reward_model
 from verl.trainer.config.checks.rollout_correction import check_rollout_correction
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
+from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
 from verl.trainer.config.checks.vlm import check_vision_language_policy
+from verl.trainer.config.errors import raise_config_errors
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
 from verl.utils.fs import is_model_id, resolve_modelscope_model, use_modelscope
 from verl.utils.tracking import UnknownBackendError, normalize_backends
@@ -124,8 +126,11 @@ class _Context:
 
 # ------------------------------------------------------------------------------------------------ choices
 def _check_choices(config, ctx: _Context) -> None:
-    if _get(config, "actor_rollout_ref.hybrid_engine") is not True:
-        raise ConfigError("actor_rollout_ref.hybrid_engine=False is not supported; expected True")
+    if not isinstance(_get(config, "actor_rollout_ref.hybrid_engine"), bool):
+        raise ConfigError(
+            f"actor_rollout_ref.hybrid_engine={_get(config, 'actor_rollout_ref.hybrid_engine')!r} "
+            "must be True (hybrid engine) or False (standalone rollout)"
+        )
     strategy = _choice(config, "actor_rollout_ref.actor.strategy", STRATEGIES)
     if ctx.use_critic and strategy != "megatron":  # a Megatron actor's critic: see checks.megatron
         _choice(config, "critic.strategy", ("fsdp", "fsdp2"))
@@ -475,6 +480,17 @@ def _check_device(config, ctx: _Context) -> None:
         )
 
 
+def _check_standalone_rollout(config, ctx: _Context) -> None:
+    """A rollout on its own pool (``actor_rollout_ref.hybrid_engine=False``): see checks.standalone_rollout."""
+    try:
+        device = resolve_device_name(_get(config, "trainer.device"))
+    except ConfigError:  # reported by _check_device
+        device = None
+    problems = check_standalone_rollout(config, device, check_device=ctx.check_device)
+    if problems:  # named with the switch that brought them, for a user who only flipped it
+        raise ConfigError("actor_rollout_ref.hybrid_engine=False (standalone rollout): " + "; ".join(problems))
+
+
 def _check_cpu_workers(config) -> None:
     """On CPU each "GPU" is a worker process: more processes than cores only thrash (verl's default is 8)."""
     per_node = _get(config, "trainer.n_gpus_per_node")
@@ -573,6 +589,8 @@ def _check_models(config, ctx: _Context) -> None:
                 f"{sp_key}={sp} must divide the model's num_attention_heads={heads} ({path_key}); "
                 f"use a divisor of {heads}"
             )
+        if path_key != "actor_rollout_ref.model.path":  # critic, reward_model (checked when they run megatron)
+            check_megatron_model(config, hf_config, path_key, section=path_key.split(".")[0])
         if path_key == "actor_rollout_ref.model.path":
             check_megatron_model(config, hf_config, path_key)
             ctx.policy_is_vlm = is_vision_language_config(hf_config)
@@ -647,6 +665,7 @@ _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_rate_limits,
     _check_reward_loop,
     _check_device,
+    _check_standalone_rollout,
     _check_files,
     _check_models,
     _check_data,
@@ -690,7 +709,4 @@ def check_ppo_config(
             check(config, ctx)
         except ConfigError as exc:
             errors.append(str(exc))
-    if len(errors) == 1:
-        raise ConfigError(errors[0])
-    if errors:
-        raise ConfigError(f"{len(errors)} config errors:\n  - " + "\n  - ".join(errors))
+    raise_config_errors(errors)

@@ -487,6 +487,11 @@ class FSDPEngine(TrainingEngine):
     def resident(self, with_optimizer: bool = False):
         return self.offload.resident(with_optimizer=with_optimizer)
 
+    def hf_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        from verl.workers.sharding_manager.fsdp_weights import fsdp_full_weights, tied_lm_head
+
+        return fsdp_full_weights(self._module, skip_tied_lm_head=tied_lm_head(self._module))
+
     def rollout_weight_handoff(self, rollout, hf_config, rollout_config, device_mesh):
         from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 

@@ -1,4 +1,6 @@
-"""The Megatron engine (``strategy=megatron``): a policy as a tensor- and pipeline-parallel megatron-core ``GPTModel``.
+"""The Megatron engine (``strategy=megatron``): a policy, value model (critic) or reward model as a tensor- and
+pipeline-parallel megatron-core ``GPTModel``; the value and reward models end, on the last pipeline stage, in a scalar
+head (:class:`~verl.workers.engine.megatron.model.ScalarHead`, HF's ``score``) instead of the LM head.
 
 Data: the role workers dispatch per rank (DP_COMPUTE_PROTO, one chunk per worker). The ranks that hold one copy of the
 model (its tensor x pipeline group, "model-parallel group") must work on the same rows, so the engine all-gathers the
@@ -37,6 +39,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["MegatronEngine"]
 
 _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
+_SCORE_KEYS = ["input_ids", "attention_mask", "position_ids"]  # re-tokenized reward-model inputs have no responses
 
 
 def _pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:
@@ -44,9 +47,18 @@ def _pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:
     return values if missing == 0 else nn.functional.pad(values, (0, missing))
 
 
+def _section_flag(section, name: str, default: bool) -> bool:
+    """A role section's plain key (``load_weight``), read from its typed fields or its extra keys."""
+    if hasattr(section, name):
+        return bool(getattr(section, name))
+    extra = getattr(section, "extra", None) or {}
+    return bool(extra.get(name, default))
+
+
 @register_engine("megatron")
 class MegatronEngine(TrainingEngine):
-    """A policy under megatron-core tensor and pipeline parallelism, with its optimizer when trained."""
+    """A policy, value or reward model under megatron-core tensor and pipeline parallelism, with its optimizer when
+    trained."""
 
     def __init__(
         self,
@@ -64,8 +76,8 @@ class MegatronEngine(TrainingEngine):
 
         from verl.workers.engine.megatron.pipeline import StageRunner
 
-        if kind != "policy":
-            raise ValueError(f"kind={kind!r}: the Megatron engine builds policies only so far (actor, rollout, ref)")
+        if kind not in ("policy", "value", "score"):
+            raise ValueError(f"kind={kind!r}: expected 'policy', 'value' or 'score'")
         self.kind = kind
         self._module = model
         self.hf_config = hf_config
@@ -97,12 +109,18 @@ class MegatronEngine(TrainingEngine):
         from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
         from verl.workers.engine.megatron.weights import load_hf_weights
 
-        if role not in ("actor", "rollout", "ref"):
-            raise ValueError(f"role={role!r}: the Megatron engine builds actor, rollout and ref models so far")
-        section = config.ref if role == "ref" else config.actor
-        key = f"actor_rollout_ref.{'ref' if role == 'ref' else 'actor'}.megatron"
+        if role in ("actor", "rollout", "ref"):
+            section = config.ref if role == "ref" else config.actor
+            key = f"actor_rollout_ref.{'ref' if role == 'ref' else 'actor'}.megatron"
+            kind, trainable = "policy", role == "actor"
+            train_section, processing_class = config.actor, files.processor or files.tokenizer
+        elif role in ("critic", "reward_model"):
+            section, key = config, f"{role}.megatron"
+            kind, trainable = ("value", True) if role == "critic" else ("score", False)
+            train_section, processing_class = config, files.tokenizer
+        else:
+            raise ValueError(f"role={role!r}: expected actor, rollout, ref, critic or reward_model")
         settings = megatron_settings(section)
-        trainable = role == "actor"
         check_megatron_settings(settings, key, dist.get_world_size(), trainable)
         init_model_parallel(settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size, settings.seed)
         # fp32 masters for training and on CPU (bf16 is emulated there); bf16 for frozen models on accelerators
@@ -120,12 +138,14 @@ class MegatronEngine(TrainingEngine):
             tf_config,
             pre_process=parallel_state.is_pipeline_first_stage(),
             post_process=parallel_state.is_pipeline_last_stage(),
+            scalar_head=kind != "policy",
+            seed=settings.seed,
         )
-        if getattr(section, "load_weight", True):
+        if _section_flag(section, "load_weight", True):
             load_hf_weights(model, files.hf_config, files.local_path)
         optimizer = lr_scheduler = None
         if trainable:
-            optimizer, lr_scheduler = build_optimizer(model, config.actor.optim)
+            optimizer, lr_scheduler = build_optimizer(model, train_section.optim)
         else:
             model.requires_grad_(False)
         return cls(
@@ -133,9 +153,10 @@ class MegatronEngine(TrainingEngine):
             files.hf_config,
             optimizer,
             lr_scheduler,
-            grad_clip=config.actor.grad_clip if trainable else None,
-            checkpoint_config=config.actor.checkpoint if trainable else None,
-            processing_class=files.processor or files.tokenizer,
+            kind=kind,
+            grad_clip=train_section.grad_clip if trainable else None,
+            checkpoint_config=train_section.checkpoint if trainable else None,
+            processing_class=processing_class,
         )
 
     @property
@@ -147,24 +168,52 @@ class MegatronEngine(TrainingEngine):
         return self._module
 
     # ------------------------------------------------------------------------------------------------ forwards
-    def _stage_forward(self, micro_batch: dict, temperature: float, calculate_entropy: bool, entropy_grad: bool):
-        """Run this stage on ``micro_batch``; on the last stage return ``(log_probs, entropy)`` of the responses."""
-        from verl.workers.engine.fsdp.hf_forward import trim_padding_columns
+    def _run_stage(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor):
+        """This pipeline stage on one micro batch ``(b, s)``: on the last stage the model's output ``(b, s, vocab)``
+        (policy) or ``(b, s, 1)`` (value / score), None elsewhere."""
         from verl.workers.engine.megatron.cpu_shims import cpu_current_device
         from verl.workers.engine.megatron.model import causal_padding_mask
 
-        responses = micro_batch["responses"]
-        response_length = responses.size(-1)
-        input_ids, attention_mask, position_ids, kept = trim_padding_columns(
-            micro_batch["input_ids"], micro_batch["attention_mask"], micro_batch["position_ids"], response_length
-        )
         mask = causal_padding_mask(attention_mask)
 
         def run_stage():
             with cpu_current_device():
                 return self._module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
 
-        output = self.stages.forward(run_stage, input_ids.shape[0], input_ids.shape[1], torch.is_grad_enabled())
+        return self.stages.forward(run_stage, input_ids.shape[0], input_ids.shape[1], torch.is_grad_enabled())
+
+    def _trimmed_stage(self, micro_batch: dict) -> tuple[torch.Tensor | None, int, int]:
+        """:meth:`_run_stage` on ``micro_batch`` without its all-padding columns; with the number of response
+        columns kept and the full response length."""
+        from verl.workers.engine.fsdp.hf_forward import trim_padding_columns
+
+        response_length = micro_batch["responses"].size(-1)
+        input_ids, attention_mask, position_ids, kept = trim_padding_columns(
+            micro_batch["input_ids"], micro_batch["attention_mask"], micro_batch["position_ids"], response_length
+        )
+        return self._run_stage(input_ids, attention_mask, position_ids), kept, response_length
+
+    def _value_stage_forward(self, micro_batch: dict) -> torch.Tensor | None:
+        """On the last stage, values ``(b, response_length)``: the prediction at the state before each response
+        token (the FSDP critic's)."""
+        output, kept, response_length = self._trimmed_stage(micro_batch)
+        if output is None:
+            return None
+        return _pad_responses(output.squeeze(-1)[:, -kept - 1 : -1], response_length)
+
+    def _score_stage_forward(self, micro_batch: dict) -> torch.Tensor | None:
+        """On the last stage, scores ``(b,)``: the model's output at each row's last valid token."""
+        attention_mask, position_ids = micro_batch["attention_mask"], micro_batch["position_ids"]
+        output = self._run_stage(micro_batch["input_ids"], attention_mask, position_ids)
+        if output is None:
+            return None
+        last = torch.argmax(position_ids * attention_mask, dim=-1)
+        return output.squeeze(-1)[torch.arange(output.shape[0]), last]
+
+    def _stage_forward(self, micro_batch: dict, temperature: float, calculate_entropy: bool, entropy_grad: bool):
+        """Run this stage on ``micro_batch``; on the last stage return ``(log_probs, entropy)`` of the responses."""
+        responses = micro_batch["responses"]
+        output, kept, response_length = self._trimmed_stage(micro_batch)
         if output is None:
             return None
         logits = output[..., : self.hf_config.vocab_size] / temperature
@@ -214,9 +263,13 @@ class MegatronEngine(TrainingEngine):
         meta = data.meta_info
         data = self._gather_model_parallel(data)
         use_dynamic_bsz = meta.get("use_dynamic_bsz", False)
+        keys = _SCORE_KEYS if self.kind == "score" else _FORWARD_KEYS
+        micro_batch_size = meta.get("micro_batch_size") or (len(data) if self.kind == "score" else None)
         micro_batches, partitions = make_micro_batches(
-            data, _FORWARD_KEYS, meta.get("micro_batch_size"), use_dynamic_bsz, meta.get("max_token_len")
+            data, keys, micro_batch_size, use_dynamic_bsz, meta.get("max_token_len")
         )
+        if self.kind != "policy":
+            return self._infer_scalar(data, micro_batches, partitions)
         calculate_entropy = meta.get("calculate_entropy", False)
         self._module.eval()
         log_probs, entropys = [], []
@@ -238,6 +291,22 @@ class MegatronEngine(TrainingEngine):
         outputs = self._from_last_stage(outputs, dict.fromkeys(keys, shape))
         return {key: self._own_rows(value) for key, value in outputs.items()}
 
+    def _infer_scalar(self, data: DataProto, micro_batches: list[dict], partitions) -> dict[str, torch.Tensor]:
+        """Values ``(bs, response_length)`` or scores ``(bs,)`` of the gathered ``data``, this rank's rows."""
+        forward = self._value_stage_forward if self.kind == "value" else self._score_stage_forward
+        self._module.eval()
+        results = []
+        with torch.no_grad():
+            for micro_batch in micro_batches:
+                out = forward(to_device(micro_batch, self.device))
+                if out is not None:
+                    results.append(out.float())
+        key = "values" if self.kind == "value" else "scores"
+        shape = tuple(data.batch["responses"].shape) if self.kind == "value" else (len(data),)
+        outputs = {key: restore_order(torch.cat(results), partitions)} if self.stages.is_last else None
+        outputs = self._from_last_stage(outputs, {key: shape})
+        return {key: self._own_rows(outputs[key])}
+
     @contextlib.contextmanager
     def training(self, data: DataProto) -> Iterator[DataProto]:
         self._module.train()
@@ -255,14 +324,21 @@ class MegatronEngine(TrainingEngine):
         from verl.workers.engine.megatron.cpu_shims import cpu_current_device
 
         micro_batch = to_device(micro_batch, self.device)
-        temperature = forward_kwargs.get("temperature", 1.0)
-        calculate_entropy = forward_kwargs.get("calculate_entropy", False)
-        entropy_grad = forward_kwargs.get("entropy_grad", True)
-        out = self._stage_forward(micro_batch, temperature, calculate_entropy, entropy_grad)
         loss, metrics = None, None
-        if out is not None:
-            log_probs, entropy = out
-            loss, metrics = loss_fn({"log_probs": log_probs, "entropy": entropy}, micro_batch)
+        if self.kind == "value":
+            values = self._value_stage_forward(micro_batch)
+            if values is not None:
+                loss, metrics = loss_fn({"values": values}, micro_batch)
+        elif self.kind == "policy":
+            temperature = forward_kwargs.get("temperature", 1.0)
+            calculate_entropy = forward_kwargs.get("calculate_entropy", False)
+            entropy_grad = forward_kwargs.get("entropy_grad", True)
+            out = self._stage_forward(micro_batch, temperature, calculate_entropy, entropy_grad)
+            if out is not None:
+                log_probs, entropy = out
+                loss, metrics = loss_fn({"log_probs": log_probs, "entropy": entropy}, micro_batch)
+        else:
+            raise NotImplementedError(f"a {self.kind!r} model is not trained")
         with cpu_current_device():
             self.stages.backward(loss)
         if self.pp_size > 1:  # the loss's metrics exist on the last stage: every rank reports them
@@ -285,7 +361,8 @@ class MegatronEngine(TrainingEngine):
             flat /= self.dp_size
             for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, [p.grad for p in params])):
                 p.grad.copy_(g)
-        if self.pp_size > 1 and self.hf_config.tie_word_embeddings and parallel_state.is_rank_in_embedding_group():
+        tied = self._module.share_embeddings_and_output_weights  # never for a value / reward model (scalar head)
+        if self.pp_size > 1 and tied and parallel_state.is_rank_in_embedding_group():
             model = self._module
             weight = model.embedding.word_embeddings.weight if model.pre_process else model.output_layer.weight
             if weight.grad is None:
@@ -310,7 +387,7 @@ class MegatronEngine(TrainingEngine):
 
     def optimizer_step(self) -> torch.Tensor:
         if self.grad_clip is None:
-            raise ValueError("grad_clip is None: set actor.grad_clip (verl's default is 1.0)")
+            raise ValueError("grad_clip is None: set actor.grad_clip / critic.grad_clip (verl's default is 1.0)")
         self._reduce_gradients()
         grad_norm = self._grad_norm()
         if not torch.isfinite(grad_norm):
@@ -337,7 +414,7 @@ class MegatronEngine(TrainingEngine):
     # ------------------------------------------------------------------------------------------ weight hand-off
     def hf_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """The current weights as full HF-named tensors, layer by layer (collective: every rank iterates to the end;
-        see :func:`verl.workers.engine.megatron.weights.iter_hf_weights`)."""
+        see :func:`verl.workers.engine.megatron.weights.iter_hf_weights`); ``dtype``: cast to it on the way."""
         from verl.workers.engine.megatron.weights import iter_hf_weights
 
         return iter_hf_weights(self._module, self.hf_config, dtype)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
+    "ScalarHead",
     "build_gpt_model",
     "causal_padding_mask",
     "check_supported",
@@ -124,9 +125,36 @@ def transformer_config(hf_config, tp_size: int = 1, pp_size: int = 1, dtype: tor
     return TransformerConfig(**kwargs)
 
 
-def build_gpt_model(hf_config, config, pre_process: bool = True, post_process: bool = True):
+class ScalarHead(torch.nn.Module):
+    """The value (critic) or reward head on the last pipeline stage in place of the LM output layer: HF's token-
+    classification ``score`` (``Linear(hidden, 1)``), replicated on every tensor-parallel rank (its input, the final
+    hidden states, is replicated there too, so every rank computes the same output and gradient).
+
+    Called as ``GPTModel`` calls its output layer: ``head(hidden_states (s, b, hidden)) -> ((s, b, 1), None)``.
+    """
+
+    def __init__(self, hidden_size: int, bias: bool, dtype: torch.dtype, std: float, seed: int):
+        super().__init__()
+        # as transformers initialises a score head the folder lacks: normal(0, initializer_range), zero bias; seeded,
+        # so every tensor-parallel rank starts from the same head
+        generator = torch.Generator().manual_seed(seed)
+        self.weight = torch.nn.Parameter(torch.randn(1, hidden_size, generator=generator).mul_(std).to(dtype))
+        self.bias = torch.nn.Parameter(torch.zeros(1, dtype=dtype)) if bias else None
+        self.sequence_parallel = False  # read by GPTModel's inference path
+
+    def forward(self, hidden_states: torch.Tensor, weight=None, runtime_gather_output=None):
+        return F.linear(hidden_states, self.weight, self.bias), None
+
+
+def build_gpt_model(
+    hf_config, config, pre_process: bool = True, post_process: bool = True, scalar_head: bool = False, seed: int = 42
+):
     """A ``GPTModel`` (local layer spec) of ``hf_config`` under ``config`` (:func:`transformer_config`) for this
-    rank's pipeline stage; full (gathered) logits over the real vocabulary come from :func:`gpt_logits`."""
+    rank's pipeline stage; full (gathered) logits over the real vocabulary come from :func:`gpt_logits`.
+
+    ``scalar_head``: a value / reward model, whose last stage ends in a :class:`ScalarHead` (initialised from
+    ``seed``; the converter loads the folder's ``score`` head over it where there is one) instead of the LM head;
+    its input embedding is then never tied to an output layer."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
@@ -142,13 +170,18 @@ def build_gpt_model(hf_config, config, pre_process: bool = True, post_process: b
             pre_process=pre_process,
             post_process=post_process,
             parallel_output=False,
-            share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings),
+            share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings) and not scalar_head,
             position_embedding_type="rope",
             rotary_base=params["rope_theta"],
         )
     # theta and any scaling exactly as transformers computes them (megatron-core's llama3 scaling is fixed-constant)
     model.rotary_pos_emb.inv_freq = hf_inv_freq(hf_config).to(model.rotary_pos_emb.inv_freq.device)
     model.hf_vocab_size = hf_config.vocab_size
+    model.scalar_head = scalar_head
+    if scalar_head and post_process:
+        bias = bool(getattr(hf_config, "token_classification_bias", True))  # as transformers builds the head
+        std = getattr(hf_config, "initializer_range", None) or 0.02
+        model.output_layer = ScalarHead(hf_config.hidden_size, bias, config.params_dtype, std, seed)
     _mark_tensor_parallel(model)
     if pre_process:
         _freeze_padding_row(model.embedding.word_embeddings, getattr(hf_config, "pad_token_id", None))

@@ -156,12 +156,32 @@ def load_hf_weights(model, hf_config, folder_or_reader) -> None:
         put(mlp.linear_fc2.weight, shard(reader.get(p + "mlp.down_proj.weight"), 1))
     if model.post_process:
         put(model.decoder.final_layernorm.weight, reader.get("model.norm.weight"))
-        if not model.share_embeddings_and_output_weights:
+        if getattr(model, "scalar_head", False):
+            _load_scalar_head(model.output_layer, reader)
+        elif not model.share_embeddings_and_output_weights:
             out = model.output_layer.weight
             put(out, shard(_pad_vocab(reader.get("lm_head.weight"), out.shape[0] * tp), 0))
         elif not model.pre_process:  # tied, last stage only: its copy of the embedding
             out = model.output_layer.weight
             put(out, shard(_pad_vocab(reader.get("model.embed_tokens.weight"), out.shape[0] * tp), 0))
+
+
+def _load_scalar_head(head, reader) -> None:
+    """A value / reward model's head from the folder's ``score`` (a sequence- or token-classification model; a
+    missing bias is zero, as transformers initialises it); a causal-LM folder has none and the head keeps its
+    initialisation, as the FSDP critic's does."""
+    try:
+        has_score = "score.weight" in reader
+    except TypeError:  # a reader without membership (tests' plain state-dict getters)
+        has_score = False
+    if not has_score:
+        return
+    weight = reader.get("score.weight")
+    if weight.shape != head.weight.shape:
+        raise ValueError(f"score.weight {tuple(weight.shape)}: a value / reward model needs one label (1, hidden)")
+    head.weight.copy_(weight.to(head.weight.dtype))
+    if head.bias is not None:
+        head.bias.copy_(reader.get("score.bias").to(head.bias.dtype) if "score.bias" in reader else 0.0)
 
 
 def _gather_tp(tensor: torch.Tensor, dim: int) -> torch.Tensor:
@@ -266,7 +286,19 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     last = pp - 1
     (norm,) = from_stage(last, lambda: [model.decoder.final_layernorm.weight.detach().clone()], [(hidden,)])
     yield "model.norm.weight", cast(norm)
-    if not tied:
+    if getattr(model, "scalar_head", False):  # a value / reward model: HF's token-classification head
+        has_bias = bool(getattr(hf_config, "token_classification_bias", True))  # as build_gpt_model made it
+        names, shapes = ["score.weight"], [(1, hidden)]
+        if has_bias:
+            names, shapes = names + ["score.bias"], shapes + [(1,)]
+
+        def head_tensors():
+            head = model.output_layer
+            return [head.weight.detach().clone()] + ([head.bias.detach().clone()] if has_bias else [])
+
+        for name, tensor in zip(names, from_stage(last, head_tensors, shapes)):
+            yield name, cast(tensor)
+    elif not tied:
         (head,) = from_stage(last, lambda: vocab_tensor(lambda: model.output_layer.weight), [(vocab, hidden)])
         yield "lm_head.weight", cast(head)
 
@@ -285,6 +317,10 @@ def merge_stage_shards(shards: list[dict], hf_config, layer_offset: int) -> dict
         parts = [shard[key] for shard in shards]
         if key == "embedding.word_embeddings.weight":
             merged["model.embed_tokens.weight"] = torch.cat(parts)[:vocab]
+        elif key == "output_layer.weight" and first.shape[0] == 1:  # a value / reward model's scalar head
+            merged["score.weight"] = first  # replicated over tensor parallelism
+        elif key == "output_layer.bias":
+            merged["score.bias"] = first
         elif key == "output_layer.weight":
             if not tied:
                 merged["lm_head.weight"] = torch.cat(parts)[:vocab]

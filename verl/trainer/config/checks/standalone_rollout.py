@@ -1,0 +1,74 @@
+"""Config checks of a standalone rollout (``actor_rollout_ref.hybrid_engine=False``), before Ray starts.
+
+The rollout then runs on a resource pool of its own (top-level ``rollout.nnodes`` x ``rollout.n_gpus_per_node``,
+verl's one-step-off-policy keys) and receives the actor's weights through the checkpoint engine after each update.
+What that path cannot honour yet is refused here, naming the key, the value and what to do instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["check_standalone_rollout", "rollout_pool_processes"]
+
+_HE = "actor_rollout_ref.hybrid_engine"
+
+
+def rollout_pool_processes(config) -> int:
+    """Worker processes of the rollout pool (``config``: the typed PPO config)."""
+    return config.rollout.nnodes * config.rollout.n_gpus_per_node
+
+
+def check_standalone_rollout(config, device: str | None, check_device: bool = True) -> list[str]:
+    """The problems of a standalone-rollout config (empty for the hybrid engine); ``device``: the resolved
+    ``trainer.device`` (None when unknown), for the count of processes a single machine must hold."""
+    if config.actor_rollout_ref.hybrid_engine:
+        return []
+    problems = []
+    for key in ("rollout.nnodes", "rollout.n_gpus_per_node"):
+        name = key.split(".")[1]
+        value = getattr(config.rollout, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{key}={value!r} must be an integer >= 1 (the standalone rollout's pool, {_HE}=False)")
+    if problems:
+        return problems
+    arr = config.actor_rollout_ref
+    world = rollout_pool_processes(config)
+    if arr.actor.strategy == "megatron":
+        problems.append(
+            f"{_HE}=False with actor_rollout_ref.actor.strategy='megatron': the checkpoint engine sends FSDP "
+            "weights only so far; use strategy=fsdp2, or the hybrid engine"
+        )
+    if arr.model.is_lora:
+        problems.append(
+            f"{_HE}=False with actor_rollout_ref.model.lora_rank={arr.model.lora_rank}: the checkpoint engine sends "
+            "full weights, not adapters; set lora_rank=0 or use the hybrid engine"
+        )
+    tp = arr.rollout.tensor_model_parallel_size
+    if arr.rollout.name == "vllm" and world % tp != 0:
+        problems.append(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide the rollout pool's {world} "
+            "processes (rollout.nnodes * rollout.n_gpus_per_node)"
+        )
+    batch = config.data.generation_batch_size
+    if batch % world != 0:
+        problems.append(
+            f"data.train_batch_size={batch} prompts must be divisible by the rollout pool's {world} processes "
+            f"(rollout.nnodes * rollout.n_gpus_per_node) so each rollout worker generates the same number"
+        )
+    single_local_node = config.trainer.nnodes == 1 and config.rollout.nnodes == 1 and not os.environ.get("RAY_ADDRESS")
+    if check_device and device is not None and single_local_node:
+        total = config.trainer.n_gpus_per_node + config.rollout.n_gpus_per_node
+        if device == "cpu":
+            have, what = os.cpu_count() or 1, "core(s)"
+        else:
+            from verl.utils.device import get_torch_device
+
+            have, what = get_torch_device().device_count(), f"{device} device(s)"
+        if total > have:
+            problems.append(
+                f"trainer.n_gpus_per_node={config.trainer.n_gpus_per_node} + rollout.n_gpus_per_node="
+                f"{config.rollout.n_gpus_per_node} = {total} worker processes on one node, but this machine has "
+                f"{have} {what}; lower them so that their sum is at most {have}"
+            )
+    return problems
