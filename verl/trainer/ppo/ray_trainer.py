@@ -307,7 +307,7 @@ class RayPPOTrainer:
         if reward_loop is None:
             return self._generate_once(batch, timing_raw)
         rollout = self.ppo_config.actor_rollout_ref.rollout
-        chunk = generation_chunk_prompts(rollout, self.actor_rollout_wg.world_size, len(batch))
+        chunk = generation_chunk_prompts(rollout, self.rollout_wg.world_size, len(batch))
         return reward_loop.generate(batch, timing_raw, self._generate_once, chunk)
 
     def _reward_loop(self) -> RewardLoop | None:
