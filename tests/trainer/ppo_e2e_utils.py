@@ -144,3 +144,41 @@ def parse_console_metrics(stdout: str) -> list[dict]:
         if "step" in entry:
             steps.append(entry)
     return steps
+
+
+def demo_run_overrides(local_dir, steps: int) -> list[str]:
+    """Overrides of a short, quiet run of the built-in demo on one in-process CPU worker (no validation, no saves)."""
+    return [
+        "trainer.n_gpus_per_node=1",
+        "trainer.device=cpu",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.save_freq=-1",
+        "trainer.logger=['console']",
+        "trainer.run_report=False",
+        f"trainer.default_local_dir={local_dir}",
+    ]
+
+
+def fit_demo_inprocess(overrides: list[str], trainer_cls):
+    """Build the built-in demo run with ``overrides`` as a ``trainer_cls`` over the in-process worker group, fit it,
+    and return the trainer (the process group it started is destroyed)."""
+    import torch.distributed as dist
+
+    from verl.demo.default_run import apply_builtin_demo, command_line_keys
+    from verl.single_controller.inprocess import InProcessWorkerGroup
+    from verl.trainer.main_ppo import build_trainer, prepare_config
+
+    config = compose_config(overrides)
+    assert apply_builtin_demo(config, command_line_keys(overrides)), "the overrides name data or a model"
+    prepare_config(config)
+    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
+    trainer.__class__ = trainer_cls
+    try:
+        trainer.init_workers()
+        trainer.fit()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return trainer

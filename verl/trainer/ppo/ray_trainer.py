@@ -35,6 +35,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.mfu import PhaseMFU
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
 from verl.trainer.ppo.reward import PendingReward, compute_reward, reward_source_metrics, submit_reward
+from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts
 from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
 from verl.trainer.ppo.weight_sync import WeightSync
@@ -300,7 +301,26 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------------------------------------ phases
     def _generate(self, batch: DataProto, timing_raw: dict) -> DataProto:
-        """Sample ``rollout.n`` responses per prompt and merge them (interleaved) into the repeated batch."""
+        """Sample ``rollout.n`` responses per prompt and merge them (interleaved) into the repeated batch; with the
+        reward loop (``reward_model.use_reward_loop``) each generated chunk is scored as it finishes."""
+        reward_loop = self._reward_loop()
+        if reward_loop is None:
+            return self._generate_once(batch, timing_raw)
+        rollout = self.ppo_config.actor_rollout_ref.rollout
+        chunk = generation_chunk_prompts(rollout, self.rollout_wg.world_size, len(batch))
+        return reward_loop.generate(batch, timing_raw, self._generate_once, chunk)
+
+    def _reward_loop(self) -> RewardLoop | None:
+        """The run's reward loop with ``reward_model.use_reward_loop`` (None without, or with a reward-model worker,
+        whose scores the reward function reads after the whole batch)."""
+        if not self.ppo_config.reward_model.use_reward_loop or self.use_rm or self.reward_fn is None:
+            return None
+        if getattr(self, "_reward_loop_instance", None) is None:
+            self._reward_loop_instance = RewardLoop(self.reward_fn)
+        return self._reward_loop_instance
+
+    def _generate_once(self, batch: DataProto, timing_raw: dict) -> DataProto:
+        """`_generate` in one call to the rollout workers."""
         gen_batch = self._pop_generation_inputs(batch)
         gen_batch.meta_info["global_steps"] = self.global_steps
         self._sync_rollout_weights(timing_raw)
@@ -348,7 +368,9 @@ class RayPPOTrainer:
 
     def _compute_reward(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto, PendingReward]:
         """Reward-model scores (if any), then the rule reward, computed now or (launch_reward_fn_async) in a Ray
-        task that overlaps the log-prob phases."""
+        task that overlaps the log-prob phases; with the reward loop, the rows' reward already being scored."""
+        if ROW_KEY in batch.non_tensor_batch:  # reward loop: waited for where the rewards are read
+            return batch, self._reward_loop().pending(batch.non_tensor_batch.pop(ROW_KEY))
         if self.use_rm:
             batch = batch.union(pop_worker_timing(self.rm_wg.compute_rm_score(batch), timing_raw))
         launch_async = self.ppo_config.reward_model.launch_reward_fn_async
@@ -459,6 +481,7 @@ class RayPPOTrainer:
         (a recipe that scored before filtering, see ``_store_reward``)."""
         if reward is not None:
             batch = self._store_reward(batch, reward)
+            metrics.update(reward.metrics())  # the reward loop's scoring, overlap and wait seconds
             # reward calls that failed or timed out and scored 0 (a manager reports them per sample)
             metrics["reward/failed_calls"] = int(np.sum(batch.non_tensor_batch.get("reward_call_failed", 0)))
             metrics.update(reward_source_metrics(batch.non_tensor_batch))  # hybrid rewards: reward/<source>/mean

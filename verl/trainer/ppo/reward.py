@@ -315,6 +315,10 @@ class PendingReward:
             self._value, self._ref = ray.get(self._ref), None
         return self._value
 
+    def metrics(self) -> dict[str, float]:
+        """Metrics of how the reward was computed (the reward loop's overlap); none here."""
+        return {}
+
 
 def submit_reward(data: DataProto, reward_fn, config, tokenizer, launch_async: bool) -> PendingReward:
     """Score ``data`` now with ``reward_fn``, or (``launch_async``) in a Ray task that builds its own manager from

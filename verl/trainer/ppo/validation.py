@@ -51,6 +51,8 @@ def pop_generation_inputs(batch: DataProto, row_context: bool = False) -> DataPr
     non_tensor_keys = ["raw_prompt_ids"] if "raw_prompt_ids" in batch.non_tensor_batch else []
     non_tensor_keys += [k for k in optional if k in batch.non_tensor_batch]
     gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=non_tensor_keys)
+    if "generation_chunk" in batch.meta_info:  # the reward loop's chunk index: each chunk samples with its own seed
+        gen.meta_info["generation_chunk"] = batch.meta_info["generation_chunk"]
     if "multi_modal_inputs" in batch.non_tensor_batch:
         # lent, not popped: the HF rollout generates from these tensors, and log-prob and update need them after
         gen.non_tensor_batch["multi_modal_inputs"] = batch.non_tensor_batch["multi_modal_inputs"]

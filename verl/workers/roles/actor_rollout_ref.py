@@ -204,7 +204,8 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             reshard = getattr(manager, "timing", {}).get("reshard", time.perf_counter() - start)
             if self.rollout_sharding_manager is not None:
                 prompts = self.rollout_sharding_manager.preprocess_data(prompts)
-            with self._sampling_seed(prompts.meta_info.get("global_steps", 0)):
+            chunk = prompts.meta_info.get("generation_chunk", 0)  # the reward loop generates a batch in chunks
+            with self._sampling_seed(prompts.meta_info.get("global_steps", 0), chunk):
                 output = self.rollout.generate_sequences(prompts=prompts)
             if self.rollout_sharding_manager is not None:
                 output = self.rollout_sharding_manager.postprocess_data(output)
@@ -215,15 +216,15 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         return output.to("cpu")
 
     @contextmanager
-    def _sampling_seed(self, global_step: int):
-        """Seed sampling from (rollout.seed, step, rank), so a resumed run draws exactly the samples an
-        uninterrupted one would, whatever else used the global RNG in between. The global RNG stream is restored
-        afterwards."""
+    def _sampling_seed(self, global_step: int, chunk: int = 0):
+        """Seed sampling from (rollout.seed, step, rank, chunk), so a resumed run draws exactly the samples an
+        uninterrupted one would, whatever else used the global RNG in between, and each chunk of a batch generated in
+        several calls draws its own. The global RNG stream is restored afterwards."""
         on_device = device_name != "cpu"
         devices = [get_device_id()] if on_device else []
         with torch.random.fork_rng(devices=devices, device_type=device_name if on_device else "cuda"):
             base = self.config.rollout.seed
-            torch.manual_seed((base * 1_000_003 + int(global_step)) * 65_537 + self.rank)
+            torch.manual_seed((base * 1_000_003 + int(global_step)) * 65_537 + self.rank + int(chunk) * 1_000_000_007)
             yield
 
     def _log_prob_meta(self, data: DataProto, section) -> None:

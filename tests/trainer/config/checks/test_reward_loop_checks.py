@@ -79,3 +79,9 @@ def test_hybrid_sources():
     assert problems(reward_model=rm_source) == []
     missing = check_reward_loop(config({"reward_sources": [{"name": "j", "path": "/no/such.py"}]}), check_paths=True)
     assert missing == ["reward_model.reward_sources[0].path='/no/such.py': reward function file not found"]
+
+
+def test_the_reward_loop_and_the_ray_reward_task_are_not_both_on():
+    found = problems(reward_model={"use_reward_loop": True, "launch_reward_fn_async": True})
+    assert len(found) == 1 and "launch_reward_fn_async=True with reward_model.use_reward_loop=True" in found[0]
+    assert problems(reward_model={"use_reward_loop": True}) == []

@@ -64,6 +64,11 @@ def check_reward_loop(config, check_paths: bool = True) -> list[str]:
         if check_paths and _local_missing(rm.model.path):
             problems.append(f"reward_model.model.path={rm.model.path!r}: no such directory")
     else:
+        if rm.use_reward_loop and rm.launch_reward_fn_async:
+            problems.append(
+                "reward_model.launch_reward_fn_async=True with reward_model.use_reward_loop=True: the reward loop "
+                "already scores in the background as the responses finish; set launch_reward_fn_async=False"
+            )
         for key in _SERVING_KEYS:
             if getattr(rm, key) != getattr(defaults, key):
                 problems.append(
