@@ -24,5 +24,7 @@ def test_config_reads_do_not_restate_defaults():
         if INLINE_DEFAULT.search(line)
     ]
     # what remains reads per-call meta_info, forward kwargs, batch columns, a model's own HF config dicts or the
-    # environment, not the config (the Megatron engine added six such per-call reads)
-    assert len(hits) <= 31, "\n".join(hits)
+    # environment, not the config (the Megatron engine added six such per-call reads; the served judge's request
+    # fields, the hybrid/remote managers' result dicts, Ray's free CPUs, the generation chunk in meta_info and the
+    # weight-sync stats added six more)
+    assert len(hits) <= 37, "\n".join(hits)

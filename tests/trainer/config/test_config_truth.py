@@ -357,16 +357,23 @@ def base_config(tmp_path_factory):
     return config
 
 
-# settings a switch needs to be checkable at all (enabling the reward model needs a model and a micro batch)
-COMPANIONS = {"reward_model.enable": {"reward_model.micro_batch_size_per_gpu": 2}}
+# settings a switch needs to be checkable at all (enabling the reward model needs a model and a micro batch; the
+# Megatron engine on 2 data-parallel CPU ranks needs verl's distributed optimizer off, which the check asks for)
+COMPANIONS = {
+    "reward_model.enable": {"reward_model.micro_batch_size_per_gpu": 2},
+    f"{A}.strategy=megatron": {
+        f"{A}.megatron.use_distributed_optimizer": False,
+        "critic.megatron.use_distributed_optimizer": False,
+    },
+}
 
 
 @pytest.mark.parametrize(("key", "value"), CASES, ids=[f"{k}={v}" for k, v in CASES])
 def test_switch_is_honoured_or_refused(base_config, reads, key, value):
     config = copy.deepcopy(base_config)
     OmegaConf.update(config, key, value)
-    for companion, companion_value in COMPANIONS.get(key, {}).items():
-        OmegaConf.update(config, companion, companion_value)
+    for companion, companion_value in COMPANIONS.get(f"{key}={value}", COMPANIONS.get(key, {})).items():
+        OmegaConf.update(config, companion, companion_value, force_add=True)
     if key == "reward_model.enable":
         OmegaConf.update(config, "reward_model.model.path", config.critic.model.path)
     try:
