@@ -98,7 +98,11 @@ def test_router_reports_a_failing_replica_as_500_and_keeps_serving():
         router.close()
 
 
-def test_served_model_in_process_and_its_pickled_address(judge_dir):
+def test_served_model_in_process_and_its_pickled_address(judge_dir, monkeypatch):
+    import verl.workers.reward_model.served as served_module
+
+    # the in-process path, also when an earlier test of the session left Ray running
+    monkeypatch.setattr(served_module, "_ray_running", lambda: False)
     served = ServedRewardModel(judge_dir, replicas=2, dtype="float32", max_response_tokens=2)
     try:
         out = post(served.address, {"messages": [{"role": "user", "content": "1+1="}], "temperature": 0})

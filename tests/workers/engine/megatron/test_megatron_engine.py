@@ -74,9 +74,14 @@ def _collect(part: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def _is_megatron(engine) -> bool:
+    # both engines stream HF-named weights (hf_weights) now; only Megatron averages gradients itself
+    return hasattr(engine, "_reduce_gradients")
+
+
 def _full_grads(engine) -> dict[str, torch.Tensor]:
     """The gradients as full HF-named tensors (Megatron: through the hand-off stream, gradients in place of data)."""
-    if not hasattr(engine, "hf_weights"):
+    if not _is_megatron(engine):
         return {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()}
     data = {}
     for p in engine.module.parameters():
@@ -91,7 +96,7 @@ def _full_grads(engine) -> dict[str, torch.Tensor]:
 def _capture_grads(engine, into: dict) -> None:
     """Record the full gradients of the first update where the engine's step reads them: FSDP's right away,
     Megatron's once it has averaged them over data-parallel replicas."""
-    name = "_reduce_gradients" if hasattr(engine, "hf_weights") else "optimizer_step"
+    name = "_reduce_gradients" if _is_megatron(engine) else "optimizer_step"
     original = getattr(engine, name)
 
     def wrapped():
@@ -106,7 +111,7 @@ def _capture_grads(engine, into: dict) -> None:
 
 def _full_params(worker) -> dict[str, torch.Tensor]:
     engine = worker.actor_engine
-    if hasattr(engine, "hf_weights"):
+    if _is_megatron(engine):
         return {name: t.clone() for name, t in engine.hf_weights()}
     state = engine.module.state_dict()
     return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()}
