@@ -46,7 +46,13 @@ from verl.trainer.config.rollout import (
     SamplingConfig,
 )
 from verl.trainer.config.sft import SFTConfig
-from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, RolloutPoolConfig, TrainerConfig
+from verl.trainer.config.trainer import (
+    AsyncTrainingConfig,
+    CustomRewardFunctionConfig,
+    RayInitConfig,
+    RolloutPoolConfig,
+    TrainerConfig,
+)
 from verl.utils.config import BaseConfig
 
 __all__ = [
@@ -79,6 +85,7 @@ __all__ = [
     "PolicyLossConfig",
     "RayInitConfig",
     "RolloutPoolConfig",
+    "AsyncTrainingConfig",
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
@@ -115,4 +122,5 @@ class PPOConfig(BaseConfig):
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)  # recipe.fully_async_policy
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)

@@ -107,6 +107,18 @@ class RolloutPoolConfig(BaseConfig):
 
 
 @dataclass
+class AsyncTrainingConfig(BaseConfig):
+    """`async_training`: the fully async recipe's keys (recipe/fully_async_policy; absent from ppo_trainer.yaml)."""
+
+    staleness_threshold: float = 1  # verl's type; the fully async check requires a whole number of versions
+    trigger_parameter_sync_step: int = 1
+    require_batches: int = 1
+    partial_rollout: bool = False
+    use_rollout_log_probs: bool = False
+    compute_prox_log_prob: bool = False
+
+
+@dataclass
 class RayInitConfig(BaseConfig):
     """`ray_init`: arguments of `ray.init`."""
 
