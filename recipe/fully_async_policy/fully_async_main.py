@@ -11,7 +11,7 @@ from __future__ import annotations
 import hydra
 
 from recipe.one_step_off_policy.main_ppo import DEMO_VALUES_ONE_STEP, check_one_step_off_config
-from verl.trainer.config import ConfigError, PPOConfig
+from verl.trainer.config import ConfigError, PPOConfig, async_training_config
 from verl.trainer.config.errors import raise_config_errors
 from verl.trainer.main_ppo import apply_demo_for_command_line, run_ppo
 
@@ -40,10 +40,10 @@ def check_fully_async_config(config) -> None:
     """Refuse what the fully async trainer cannot run, naming the key, the value and what to set."""
     check_one_step_off_config(config)  # a pool of its own for the rollout, no remax
     try:
-        cfg = PPOConfig.from_config(config)
+        cfg, at = PPOConfig.from_config(config), async_training_config(config)
     except TypeError as exc:
         raise ConfigError(str(exc)) from exc
-    at, errors = cfg.async_training, []
+    errors = []
     for key in ("staleness_threshold", "trigger_parameter_sync_step", "require_batches"):
         value, low = getattr(at, key), 0 if key == "staleness_threshold" else 1
         whole = _is_int(value) or (key == "staleness_threshold" and isinstance(value, float) and value.is_integer())

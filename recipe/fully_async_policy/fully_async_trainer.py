@@ -15,6 +15,7 @@ import numpy as np
 
 from recipe.fully_async_policy.fully_async_rollouter import END, Rollouter, RolloutItem
 from verl import DataProto
+from verl.trainer.config import async_training_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, pop_worker_timing
 from verl.utils.debug import marked_timer
 
@@ -33,7 +34,7 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
                 "the fully async trainer runs the rollout on a pool of its own: set "
                 "actor_rollout_ref.hybrid_engine=False (and rollout.nnodes / rollout.n_gpus_per_node)"
             )
-        cfg = self.ppo_config.async_training
+        cfg = async_training_config(self.config)
         self.staleness_threshold = int(cfg.staleness_threshold)
         self.max_weight_staleness = self.staleness_threshold  # RayPPOTrainer stops the run on anything older
         self.trigger_parameter_sync_step = int(cfg.trigger_parameter_sync_step)
@@ -87,6 +88,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         """Each dataloader batch (``train_batch_size`` prompts) as ``require_batches`` mini-batches."""
         for epoch, batch_dict in prompt_batches:
             for chunk in DataProto.from_single_dict(batch_dict).chunk(self.require_batches):
+                # chunks share their parent's meta_info; each mini-batch's generation adds its own (weight_version)
+                chunk.meta_info = dict(chunk.meta_info)
                 yield epoch, chunk
 
     def _generate_mini_batch(self, prompts: DataProto, index: int) -> DataProto:

@@ -52,6 +52,7 @@ from verl.trainer.config.trainer import (
     RayInitConfig,
     RolloutPoolConfig,
     TrainerConfig,
+    async_training_config,
 )
 from verl.utils.config import BaseConfig
 
@@ -86,6 +87,7 @@ __all__ = [
     "RayInitConfig",
     "RolloutPoolConfig",
     "AsyncTrainingConfig",
+    "async_training_config",
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
@@ -122,5 +124,4 @@ class PPOConfig(BaseConfig):
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
-    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)  # recipe.fully_async_policy
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
