@@ -94,11 +94,15 @@ class Rollouter:
     # ---------------------------------------------------------------------------------------------------- loop
     def _run(self) -> None:
         try:
-            for epoch, prompts in self.source:
-                item = self._generate_admitted(epoch, prompts)
+            while not self.stop_event.is_set():
+                with self.gen_lock:  # the dataloader advances only while no checkpoint reads its position
+                    drawn = next(self.source, None)
+                if drawn is None:
+                    self._put(END)
+                    return
+                item = self._generate_admitted(*drawn)
                 if item is None or not self._put(item):
                     return
-            self._put(END)
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it
             self.error = GenerationError(
                 f"the Rollouter stopped: generation on the rollout worker group '{self.worker_name}' failed after "
@@ -146,7 +150,8 @@ class Rollouter:
                 )
 
     def acquire_for_sync(self, timeout_s: float) -> None:
-        """Wait for the generation in flight to finish and hold the rollout idle (release with ``release``)."""
+        """Wait for the generation in flight to finish and hold the rollout (and the dataloader) idle, for a weight
+        sync, a validation or a checkpoint; release with ``release``."""
         deadline = time.monotonic() + timeout_s
         while not self.gen_lock.acquire(timeout=POLL_S):
             if self.error is not None:

@@ -163,6 +163,18 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         finally:
             self.rollouter.release()
 
+    def _save_checkpoint(self) -> None:
+        """The checkpoint of ``global_steps`` with the Rollouter paused, so the dataloader position it saves is
+        consistent: the Rollouter's, ahead of the trainer by the mini-batches queued or in flight, which a resumed
+        run does not generate again (docs/fully_async.md)."""
+        if self.rollouter is None or not self.rollouter.is_alive():
+            return super()._save_checkpoint()
+        self.rollouter.acquire_for_sync(self.wait_timeout_s)
+        try:
+            return super()._save_checkpoint()
+        finally:
+            self.rollouter.release()
+
     def _greedy_baseline(self, batch, gen_batch):
         raise NotImplementedError(
             "algorithm.adv_estimator=remax is not supported by the fully async trainer; use grpo, rloo, "

@@ -148,6 +148,9 @@ def test_staleness_1_never_trains_older_samples_and_counts_drops(workspace):
         "async_training.staleness_threshold=1",
         "async_training.require_batches=2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        # a checkpoint pauses the Rollouter (the dataloader position it saves): it must not wait on the queue
+        "trainer.save_freq=3",
+        f"trainer.default_local_dir={workspace['root']}/ckpt_staleness_1",
     ]
     config = compose_recipe(_overrides(workspace, steps=3, extra=extra))
     check_fully_async_config(config)
@@ -164,6 +167,7 @@ def test_staleness_1_never_trains_older_samples_and_counts_drops(workspace):
     assert fa.step_metrics[0]["fully_async/dropped_samples"] == 0
     assert fa.step_metrics[2]["fully_async/dropped_samples"] > 0
     assert all(m["fully_async/staleness_max"] <= 1 for m in fa.step_metrics)
+    assert os.path.isdir(os.path.join(workspace["root"], "ckpt_staleness_1", "global_step_3"))
     assert not _rollouter_threads()
 
 
