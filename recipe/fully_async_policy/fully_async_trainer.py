@@ -11,6 +11,8 @@ the rollout through the checkpoint engine, between two mini-batch generations. T
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from recipe.fully_async_policy.fully_async_rollouter import END, Rollouter, RolloutItem
@@ -25,7 +27,8 @@ __all__ = ["FullyAsyncRayTrainer"]
 class FullyAsyncRayTrainer(RayPPOTrainer):
     """verl's fully async trainer on this library's pieces. Per step it logs ``fully_async/*``: the trained
     samples' versions and staleness, samples dropped as too stale (this step and in all), the queue's size, the
-    wait for data, and ``timing_s/sync_rollout_weights`` with ``checkpoint_engine/*`` on sync steps."""
+    wait for data (``timing_s/wait_rollout``, outside ``timing_s/step``), and ``timing_s/sync_rollout_weights``
+    with ``checkpoint_engine/*`` on sync steps."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -107,6 +110,7 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         self._taken = 0
         items: list[RolloutItem] = []
         self._step_drops = 0
+        waited = time.perf_counter()
         while len(items) < self.require_batches:
             item = self.rollouter.get(self.wait_timeout_s)
             if item is END:
@@ -119,6 +123,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             items.append(item)
             self._taken = len(items)
         self._collected = items
+        # before fit's step timer starts: a step's wall time is timing_s/step + timing_s/wait_rollout
+        self._wait_rollout_s = time.perf_counter() - waited
         return items[0].epoch, DataProto.concat([item.batch for item in items])
 
     def train_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto | None, dict]:
@@ -139,6 +145,7 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             "fully_async/sample_version_min": float(versions.min()),
             "fully_async/staleness_max": float(self._data_version - versions.min()),
             "timing_s/gen": float(sum(item.finished - item.started for item in self._collected)),
+            "timing_s/wait_rollout": self._wait_rollout_s,
         }
 
     def _push_weights(self, version: int, timing_raw: dict, metrics: dict) -> None:
