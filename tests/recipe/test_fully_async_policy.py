@@ -233,3 +233,24 @@ def test_recipe_yaml_keys_are_verls():
     }
     assert config.actor_rollout_ref.hybrid_engine is False
     assert config.rollout.nnodes == 1 and config.rollout.n_gpus_per_node == 8
+
+
+@pytest.mark.slow
+def test_entry_point_under_ray_trains_within_the_bound(workspace):
+    """``python -m recipe.fully_async_policy.fully_async_main``: one trainer and one rollout process (Ray, gloo
+    transfers), 3 updates of 2 mini-batches each, staleness 1, sync every update."""
+    from tests.trainer.ppo_e2e_utils import parse_console_metrics, run_main_ppo
+
+    extra = ["async_training.require_batches=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
+    overrides = [o for o in _overrides(workspace, steps=3, extra=extra) if "bypass_mode" not in o]
+    result = run_main_ppo(overrides, cwd=workspace["root"], module="recipe.fully_async_policy.fully_async_main")
+    assert result.returncode == 0, result.stderr[-4000:]
+    steps = [s for s in parse_console_metrics(result.stdout) if "training/global_step" in s]
+    assert [s["step"] for s in steps] == [1, 2, 3], result.stdout[-2000:]
+    for step in steps:
+        k = step["step"]
+        assert 0 <= step["training/weight_version_staleness/max"] <= 1
+        assert step["fully_async/staleness_max"] == step["training/weight_version_staleness/max"]
+        assert step["fully_async/dropped_samples"] == 0  # the admission rule generated nothing too stale
+        assert step["checkpoint_engine/version"] == k and step["checkpoint_engine/bytes"] > 0
+    assert steps[0]["training/weight_version_staleness/max"] == 0  # the first update: the initial weights
