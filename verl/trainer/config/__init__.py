@@ -46,7 +46,14 @@ from verl.trainer.config.rollout import (
     SamplingConfig,
 )
 from verl.trainer.config.sft import SFTConfig
-from verl.trainer.config.trainer import CustomRewardFunctionConfig, RayInitConfig, RolloutPoolConfig, TrainerConfig
+from verl.trainer.config.trainer import (
+    AsyncTrainingConfig,
+    CustomRewardFunctionConfig,
+    RayInitConfig,
+    RolloutPoolConfig,
+    TrainerConfig,
+    async_training_config,
+)
 from verl.utils.config import BaseConfig
 
 __all__ = [
@@ -79,6 +86,8 @@ __all__ = [
     "PolicyLossConfig",
     "RayInitConfig",
     "RolloutPoolConfig",
+    "AsyncTrainingConfig",
+    "async_training_config",
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",

@@ -107,6 +107,25 @@ class RolloutPoolConfig(BaseConfig):
 
 
 @dataclass
+class AsyncTrainingConfig(BaseConfig):
+    """`async_training`: the fully async recipe's keys. Only its YAML (recipe/fully_async_policy/config) has the
+    section, so it is no field of PPOConfig: the recipe reads it with ``async_training_config(config)``."""
+
+    staleness_threshold: float = 1  # verl's type; the fully async check requires a whole number of versions
+    trigger_parameter_sync_step: int = 1
+    require_batches: int = 1
+    partial_rollout: bool = False
+    use_rollout_log_probs: bool = False
+    compute_prox_log_prob: bool = False
+
+
+def async_training_config(config) -> AsyncTrainingConfig:
+    """The typed ``async_training`` section of a composed config (the defaults where the section is absent)."""
+    section = config.get("async_training") if hasattr(config, "get") else None
+    return AsyncTrainingConfig() if section is None else AsyncTrainingConfig.from_config(section)
+
+
+@dataclass
 class RayInitConfig(BaseConfig):
     """`ray_init`: arguments of `ray.init`."""
 

@@ -10,11 +10,16 @@ one after the other: the actor's first, then the rollout's.
 
 from __future__ import annotations
 
+import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, is_dataclass
 
 __all__ = ["WeightSync", "call_together", "resolve_result"]
+
+# the local transport's mailbox is named by the rendezvous address: one per WeightSync of this process, so a second
+# trainer in the same process (a test comparing two trainers) does not join the first one's transfer group
+_LOCAL_GROUPS = itertools.count(1)
 
 
 def resolve_result(value):
@@ -56,7 +61,7 @@ class WeightSync:
         self._in_process = isinstance(actor_wg, InProcessWorkerGroup)
         backend = "local" if self._in_process else None  # None: rollout.checkpoint_engine.backend
         # the sender, actor rank 0, hosts the rendezvous (the local transport needs none)
-        addr, port = ("127.0.0.1", 0) if self._in_process else actor_wg.checkpoint_engine_address()[0]
+        addr, port = ("127.0.0.1", next(_LOCAL_GROUPS)) if self._in_process else actor_wg.checkpoint_engine_address()[0]
         world_size = 1 + rollout_wg.world_size  # the sender and every rollout rank
         self._call(
             lambda: actor_wg.init_checkpoint_engine(addr, port, world_size, 0, backend=backend),

@@ -1,0 +1,189 @@
+"""``FullyAsyncRayTrainer``: the rollout generates continuously while the actor trains on what is ready.
+
+The rollout runs on a pool of its own (``actor_rollout_ref.hybrid_engine=False``). A ``Rollouter`` thread of the
+driver generates mini-batches of ``ppo_mini_batch_size`` prompts into a bounded queue, each tagged with the weight
+version that generated it. Each update takes ``async_training.require_batches`` mini-batches from the queue; a
+mini-batch more than ``staleness_threshold`` versions behind the actor (version = updates done) is dropped, never
+trained (``fully_async/dropped_samples``). Every ``trigger_parameter_sync_step`` updates the actor's weights go to
+the rollout through the checkpoint engine, between two mini-batch generations. The step pieces are those of
+``RayPPOTrainer`` (reward to update) and the weight transfer that of the one-step off-policy trainer.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from recipe.fully_async_policy.fully_async_rollouter import END, Rollouter, RolloutItem
+from verl import DataProto
+from verl.trainer.config import async_training_config
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, pop_worker_timing
+from verl.utils.debug import marked_timer
+
+__all__ = ["FullyAsyncRayTrainer"]
+
+
+class FullyAsyncRayTrainer(RayPPOTrainer):
+    """verl's fully async trainer on this library's pieces. Per step it logs ``fully_async/*``: the trained
+    samples' versions and staleness, samples dropped as too stale (this step and in all), the queue's size, the
+    wait for data (``timing_s/wait_rollout``, outside ``timing_s/step``), and ``timing_s/sync_rollout_weights``
+    with ``checkpoint_engine/*`` on sync steps."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.hybrid_engine:
+            raise ValueError(
+                "the fully async trainer runs the rollout on a pool of its own: set "
+                "actor_rollout_ref.hybrid_engine=False (and rollout.nnodes / rollout.n_gpus_per_node)"
+            )
+        cfg = async_training_config(self.config)
+        self.staleness_threshold = int(cfg.staleness_threshold)
+        self.max_weight_staleness = self.staleness_threshold  # RayPPOTrainer stops the run on anything older
+        self.trigger_parameter_sync_step = int(cfg.trigger_parameter_sync_step)
+        self.require_batches = int(cfg.require_batches)
+        self.wait_timeout_s = float(self.ppo_config.trainer.watchdog_timeout_s or 3600)
+        self.rollouter: Rollouter | None = None
+        self.dropped_samples = 0
+        self._taken = 0  # mini-batches taken for the update being collected
+        self._data_version = 0  # the actor's version while the update being collected trains
+
+    # ------------------------------------------------------------------------------------------------ the loop
+    def fit(self) -> None:
+        """``RayPPOTrainer.fit`` with the Rollouter running; it is stopped however the loop ends."""
+        try:
+            super().fit()
+        finally:
+            self.shutdown()
+
+    def shutdown(self, timeout_s: float = 60.0) -> None:
+        """Stop the Rollouter and wait for its thread (bounded by ``timeout_s``)."""
+        if self.rollouter is not None:
+            self.rollouter.stop(timeout_s)
+
+    def _train_batches(self):
+        """(epoch, generated batch as a dict) per update, from the Rollouter's queue."""
+        self.rollouter = self._make_rollouter(super()._train_batches())
+        self.rollouter.start()
+        while True:
+            collected = self._collect_update()
+            if collected is None:
+                return
+            epoch, batch = collected
+            yield epoch, {**batch.batch, **batch.non_tensor_batch}
+
+    def _make_rollouter(self, prompt_batches) -> Rollouter:
+        return Rollouter(
+            source=self._mini_batches(prompt_batches),
+            generate=self._generate_mini_batch,
+            version=lambda: self.weight_sync.version,
+            trainer_position=lambda: (self._data_version, self._taken),
+            staleness_threshold=self.staleness_threshold,
+            require_batches=self.require_batches,
+            worker_name=self._rollout_group_name(),
+        )
+
+    def _rollout_group_name(self) -> str:
+        names = getattr(self.rollout_wg, "worker_names", None)
+        return f"rollout ({', '.join(map(str, names))})" if names else "rollout"
+
+    def _mini_batches(self, prompt_batches):
+        """Each dataloader batch (``train_batch_size`` prompts) as ``require_batches`` mini-batches."""
+        for epoch, batch_dict in prompt_batches:
+            for chunk in DataProto.from_single_dict(batch_dict).chunk(self.require_batches):
+                # chunks share their parent's meta_info; each mini-batch's generation adds its own (weight_version)
+                chunk.meta_info = dict(chunk.meta_info)
+                yield epoch, chunk
+
+    def _generate_mini_batch(self, prompts: DataProto, index: int) -> DataProto:
+        """Generate ``rollout.n`` responses per prompt and merge them (the Rollouter's thread)."""
+        gen_batch = self._pop_generation_inputs(prompts)
+        # the sampling seed the synchronous trainer uses for the update this mini-batch goes to
+        gen_batch.meta_info["global_steps"] = index // self.require_batches + 1
+        timing: dict = {}
+        output = pop_worker_timing(self.rollout_wg.generate_sequences(gen_batch), timing)
+        return self._merge_generation(prompts, gen_batch, output)
+
+    def _collect_update(self) -> tuple[int, DataProto] | None:
+        """``require_batches`` mini-batches within the staleness bound for the next update (None: data ended)."""
+        self._data_version = self.global_steps - 1
+        self._taken = 0
+        items: list[RolloutItem] = []
+        self._step_drops = 0
+        waited = time.perf_counter()
+        while len(items) < self.require_batches:
+            item = self.rollouter.get(self.wait_timeout_s)
+            if item is END:
+                return None
+            staleness = self._data_version - item.version
+            if staleness > self.staleness_threshold:  # never trained: counted and dropped
+                self._step_drops += len(item.batch)
+                self.dropped_samples += len(item.batch)
+                continue
+            items.append(item)
+            self._taken = len(items)
+        self._collected = items
+        # before fit's step timer starts: a step's wall time is timing_s/step + timing_s/wait_rollout
+        self._wait_rollout_s = time.perf_counter() - waited
+        return items[0].epoch, DataProto.concat([item.batch for item in items])
+
+    def train_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto | None, dict]:
+        """Train on the collected mini-batches, then push the weights if this update triggers a sync."""
+        metrics = self._queue_metrics()
+        with marked_timer("train", timing_raw):
+            batch = self._train_on_generated(batch, metrics, timing_raw)
+        if self.global_steps % self.trigger_parameter_sync_step == 0:
+            self._push_weights(self.global_steps, timing_raw, metrics)
+        return batch, metrics
+
+    def _queue_metrics(self) -> dict:
+        versions = np.array([item.version for item in self._collected])
+        return {
+            "fully_async/dropped_samples": float(self._step_drops),
+            "fully_async/dropped_samples_total": float(self.dropped_samples),
+            "fully_async/queue_size": float(self.rollouter.queue.qsize()),
+            "fully_async/sample_version_min": float(versions.min()),
+            "fully_async/staleness_max": float(self._data_version - versions.min()),
+            "timing_s/gen": float(sum(item.finished - item.started for item in self._collected)),
+            "timing_s/wait_rollout": self._wait_rollout_s,
+        }
+
+    def _push_weights(self, version: int, timing_raw: dict, metrics: dict) -> None:
+        """Send the actor's weights as ``version`` once the rollout is between two mini-batches."""
+        with marked_timer("sync_rollout_weights", timing_raw):
+            self.rollouter.acquire_for_sync(self.wait_timeout_s)
+            try:
+                stats = self.weight_sync.send(version)
+            finally:
+                self.rollouter.release()
+        metrics.update({f"checkpoint_engine/{k}": v for k, v in stats.items()})
+
+    # ------------------------------------------------------------------------------------------ collaborators
+    def _validate(self) -> dict:
+        """Validation on the rollout between two mini-batches (the Rollouter waits meanwhile), with the weights
+        the rollout has: those of the last sync, or the initial ones before training."""
+        if self.rollouter is None or not self.rollouter.is_alive():
+            return super()._validate()
+        self.rollouter.acquire_for_sync(self.wait_timeout_s)
+        try:
+            return self.validator.validate(self.rollout_wg, self.global_steps)
+        finally:
+            self.rollouter.release()
+
+    def _save_checkpoint(self) -> None:
+        """The checkpoint of ``global_steps`` with the Rollouter paused, so the dataloader position it saves is
+        consistent: the Rollouter's, ahead of the trainer by the mini-batches queued or in flight, which a resumed
+        run does not generate again (docs/fully_async.md)."""
+        if self.rollouter is None or not self.rollouter.is_alive():
+            return super()._save_checkpoint()
+        self.rollouter.acquire_for_sync(self.wait_timeout_s)
+        try:
+            return super()._save_checkpoint()
+        finally:
+            self.rollouter.release()
+
+    def _greedy_baseline(self, batch, gen_batch):
+        raise NotImplementedError(
+            "algorithm.adv_estimator=remax is not supported by the fully async trainer; use grpo, rloo, "
+            "reinforce_plus_plus, opo or gae"
+        )
