@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.trainer.ppo_e2e_utils import compose_config
+from tests.trainer.ppo_e2e_utils import compose_config, demo_run_overrides
 from verl.demo.default_run import apply_builtin_demo, command_line_keys
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.main_ppo import build_trainer, prepare_config
@@ -35,15 +35,7 @@ def no_process_group_left():
 
 def run(tmp_path, *extra):
     overrides = [
-        "trainer.n_gpus_per_node=1",
-        "trainer.device=cpu",
-        f"trainer.total_training_steps={STEPS}",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        "trainer.save_freq=-1",
-        "trainer.logger=['console']",
-        "trainer.run_report=False",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        *demo_run_overrides(tmp_path / "ckpt", STEPS),
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         "data.train_batch_size=8",
