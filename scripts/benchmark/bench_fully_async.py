@@ -1,0 +1,199 @@
+"""Fully async against synchronous GRPO on the calculator task with a slow, sometimes busy tool (issue 33).
+
+    python scripts/benchmark/bench_fully_async.py [--work_dir DIR] [--tool_latency 0.5] [--busy_max 4]
+        [--grpo_steps 40] [--test_freq 5] [--order sync,async] [--async_override key=value ...]
+
+The task is recipe/calc_tool's with two changes that make it agentic: every calculator call waits
+``--tool_latency`` seconds (idle, like a remote service), and a row's calculator answers ``busy`` to its first
+``busy_calls`` calls (0..``--busy_max``, each extra one half as likely), so a trajectory takes 1 assistant turn (it
+answers without the tool) up to ``busy_max + 2`` (1..6 with the default): a long tail of turn counts. The SFT corpus
+shows at most ``--sft_busy_max`` busy answers; data, model and SFT are reused from ``--work_dir`` when present.
+
+Both GRPO runs start from the same SFT model with the same data, seeds, batch (16 prompts x 8 samples, one update
+per 16 prompts) and number of steps, so they train the same number of samples: the synchronous trainer
+(``main_ppo``, two colocated workers, hybrid engine) and the fully async one
+(``recipe.fully_async_policy.fully_async_main``, one trainer and one rollout process, staleness 1, a weight sync
+every update, partial rollout). They run one after the other in this invocation (``--order``), never at once.
+
+Prints one JSON line per figure: each run's validation curve (greedy exact-answer accuracy on the 200 held-out
+problems) against wall time since the run was launched, and the target's figures: sync's final score, the time the
+async run first reached it within 0.03, and that time over sync's wall time (target <= 2/3). The curves also go to
+``<work_dir>/curves.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RECIPE = os.path.join(REPO, "recipe", "calc_tool")
+sys.path.insert(0, REPO)
+
+from scripts.benchmark.bench_calc_tool import VAL_KEY  # noqa: E402
+
+TOLERANCE = 0.03
+TARGET_RATIO = 2 / 3
+
+
+def _run(cmd: list[str], log: str, env: dict, timeout: int) -> tuple[float, float]:
+    """Run ``cmd`` with its output in ``log``; returns (launch time, wall seconds), raises on failure."""
+    start = time.time()
+    with open(log, "w") as out:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... failed with exit code {proc.returncode}; see {log}")
+    return start, time.time() - start
+
+
+def prepare(work: str, args, env: dict) -> str:
+    """Data, initial model and SFT model under ``work`` (reused when present); returns the SFT model folder."""
+    py = sys.executable
+    data, init, sft = (os.path.join(work, name) for name in ("data", "init", "sft"))
+    if not os.path.exists(os.path.join(data, "train.parquet")):
+        cmd = [py, "-m", "recipe.calc_tool.create_dataset", "--local_dir", data, "--seed", str(args.seed)]
+        cmd += ["--busy_max", str(args.busy_max), "--sft_busy_max", str(args.sft_busy_max)]
+        _run(cmd, os.path.join(work, "data.log"), env, args.timeout)
+    if not os.path.exists(os.path.join(init, "config.json")):
+        cmd = [py, "-m", "recipe.calc_tool.init_model", "--out", init, "--seed", str(args.seed)]
+        _run(cmd, os.path.join(work, "init.log"), env, args.timeout)
+    model = os.path.join(sft, f"global_step_{args.sft_steps}")
+    if not os.path.exists(os.path.join(model, "config.json")):
+        sft_env = dict(env, SFT_STEPS=str(args.sft_steps))
+        # conversations with busy answers are longer than the recipe's 176 tokens
+        cmd = ["bash", os.path.join(RECIPE, "train_sft.sh"), init, data, sft, f"data.max_length={args.sft_max_length}"]
+        _run(cmd, os.path.join(work, "sft.log"), sft_env, args.timeout)
+    return model
+
+
+def grpo_overrides(work: str, model: str, args) -> list[str]:
+    """The GRPO overrides both runs share (recipe/calc_tool/train_grpo.sh's, with the slow tool and longer turns)."""
+    tool_config = os.path.join(work, "tool_config.yaml")
+    with open(tool_config, "w") as f:
+        f.write(
+            "tools:\n  - class_name: recipe.calc_tool.calculator.CalculatorTool\n"
+            f"    config:\n      type: native\n      latency_s: {args.tool_latency}\n"
+        )
+    data = os.path.join(work, "data")
+    return [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={data}/train.parquet",
+        f"data.val_files={data}/test.parquet",
+        "data.return_raw_chat=True",
+        "data.train_batch_size=16",
+        "data.max_prompt_length=64",
+        f"data.max_response_length={args.response_length}",
+        f"+data.seed={args.seed}",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.actor.optim.lr=1e-4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.actor.entropy_coeff=0",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
+        f"+actor_rollout_ref.rollout.seed={args.seed}",
+        "actor_rollout_ref.rollout.multi_turn.enable=True",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}",
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={args.busy_max + 2}",
+        f"custom_reward_function.path={RECIPE}/reward_function.py",
+        "custom_reward_function.name=calc_tool_reward_function",
+        "trainer.device=cpu",
+        "trainer.nnodes=1",
+        "trainer.logger=['console']",
+        "trainer.project_name=calc_tool",
+        "trainer.val_before_train=True",
+        f"trainer.test_freq={args.test_freq}",
+        "trainer.save_freq=-1",
+        f"trainer.total_training_steps={args.grpo_steps}",
+        "trainer.resume_mode=disable",
+    ]
+
+
+def run_side(side: str, work: str, common: list[str], args, env: dict) -> dict:
+    """One GRPO run; its validation curve against wall time since launch, and its wall time."""
+    out = os.path.join(work, f"grpo_{side}")
+    if side == "sync":
+        cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *common, "trainer.n_gpus_per_node=2"]
+    else:
+        cmd = [sys.executable, "-m", "recipe.fully_async_policy.fully_async_main", *common]
+        cmd += [
+            "trainer.n_gpus_per_node=1",
+            "rollout.n_gpus_per_node=1",
+            "async_training.require_batches=1",
+            f"async_training.staleness_threshold={args.staleness}",
+            "async_training.trigger_parameter_sync_step=1",
+            f"async_training.partial_rollout={args.partial_rollout}",
+            *args.async_override,
+        ]
+    cmd += [f"trainer.default_local_dir={out}", f"trainer.experiment_name={side}"]
+    launched, wall = _run(cmd, os.path.join(work, f"grpo_{side}.log"), env, args.timeout)
+    curve = []
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        for line in f:
+            record = json.loads(line) if line.strip() else {}
+            if VAL_KEY in record.get("metrics", {}):
+                curve.append([int(record["step"]), round(record["time"] - launched, 1), record["metrics"][VAL_KEY]])
+    return {"curve": curve, "wall_s": round(wall, 1)}
+
+
+def compare(sync: dict, fa: dict) -> dict:
+    """The target's figures: sync's final score and wall time, when async first reached it within TOLERANCE."""
+    final_step, sync_time, sync_score = sync["curve"][-1]
+    reached = [t for _, t, score in fa["curve"] if score >= sync_score - TOLERANCE]
+    result = {
+        "sync_final_val": round(sync_score, 4),
+        "sync_time_to_final_val_s": sync_time,
+        "async_final_val": round(fa["curve"][-1][2], 4),
+        "async_time_to_sync_val_s": reached[0] if reached else None,
+        "async_over_sync_time": round(reached[0] / sync_time, 3) if reached else None,
+        "sync_wall_s": sync["wall_s"],
+        "async_wall_s": fa["wall_s"],
+        "async_over_sync_wall": round(fa["wall_s"] / sync["wall_s"], 3),
+    }
+    result["target_met"] = bool(reached) and result["async_over_sync_time"] <= TARGET_RATIO
+    return result
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work_dir", default=os.path.expanduser("~/bench_fully_async"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sft_steps", type=int, default=600)
+    parser.add_argument("--sft_max_length", type=int, default=384)
+    parser.add_argument("--busy_max", type=int, default=4, help="RL rows: most busy answers (turns up to +2)")
+    parser.add_argument("--sft_busy_max", type=int, default=2)
+    parser.add_argument("--tool_latency", type=float, default=0.5, help="seconds every calculator call waits")
+    parser.add_argument("--response_length", type=int, default=512)
+    parser.add_argument("--grpo_steps", type=int, default=40)
+    parser.add_argument("--test_freq", type=int, default=5)
+    parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--partial_rollout", default="True")
+    parser.add_argument("--order", default="sync,async", help="which run goes first")
+    parser.add_argument("--async_override", nargs="*", default=[], help="extra overrides for the async run")
+    parser.add_argument("--timeout", type=int, default=3600)
+    args = parser.parse_args(argv)
+    work = args.work_dir
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    env.setdefault("OMP_NUM_THREADS", "1")  # faster than two threads per process on 2 contended cores
+    model = prepare(work, args, env)
+    common = grpo_overrides(work, model, args)
+    runs = {side: run_side(side, work, common, args, env) for side in args.order.split(",")}
+    results = {f"{side}_val_curve_step_s_score": run["curve"] for side, run in runs.items()}
+    results.update(compare(runs["sync"], runs["async"]))
+    with open(os.path.join(work, "curves.json"), "w") as f:
+        json.dump({"args": vars(args), **results}, f, indent=1)
+    for name, value in results.items():
+        print(json.dumps({"figure": name, "value": value}))
+
+
+if __name__ == "__main__":
+    main()
