@@ -90,11 +90,6 @@ def check_fully_async_config(config) -> None:
             f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}: the fully async trainer updates once per "
             f"require_batches mini-batches; set data.train_batch_size={at.require_batches * mini}"
         )
-    if cfg.reward_model.enable:
-        errors.append(
-            "reward_model.enable=True: the reward-model worker is not supported by the fully async trainer yet; "
-            "use a rule reward (custom_reward_function.path or the built-in scorers)"
-        )
     raise_config_errors(errors)
 
 

@@ -233,6 +233,41 @@ def test_partial_rollout_generation_interrupted_by_a_sync_finishes_under_the_new
     assert not _rollouter_threads()
 
 
+def test_reward_model_worker_scores_the_async_samples(workspace, tmp_path_factory):
+    from verl.demo.tiny_model import make_tiny_model_dir
+
+    rm_path = make_tiny_model_dir(
+        str(tmp_path_factory.mktemp("rm") / "rm"),
+        head="sequence_classification",
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        seed=3,
+    )
+    extra = [
+        "reward_model.enable=True",
+        f"reward_model.model.path={rm_path}",
+        "reward_model.micro_batch_size_per_gpu=4",
+        "async_training.staleness_threshold=1",
+    ]
+    config = compose_recipe(_overrides(workspace, steps=2, extra=extra))
+    check_fully_async_config(config)
+    fa = _fit(config, RecordingRewardModel)
+    assert len(fa.step_metrics) == 2 and len(fa.rm_scores) == 2
+    for scores in fa.rm_scores:  # the reward model's scores of every sample: real numbers, not a rule's 0/1
+        assert scores.shape == (4 * 2,) and len(set(scores.tolist())) > 1
+    assert not _rollouter_threads()
+
+
+class RecordingRewardModel(RecordingAsync):
+    def _compute_reward(self, batch, timing_raw):
+        batch, reward = super()._compute_reward(batch, timing_raw)
+        self.rm_scores = getattr(self, "rm_scores", []) + [batch.batch["rm_scores"].sum(dim=-1)]
+        return batch, reward
+
+
 class FailingRolloutAsync(RecordingAsync):
     """The rollout worker group fails on its third generation (a worker that died)."""
 
@@ -273,7 +308,6 @@ def test_recipe_config_refuses_what_is_not_implemented():
         "async_training.use_rollout_log_probs=True": r"use_rollout_log_probs=True.*bypass_mode=True",
         "async_training.compute_prox_log_prob=True": r"compute_prox_log_prob=True is not implemented",
         "async_training.require_batches=2": r"train_batch_size=4 must equal async_training.require_batches=2",
-        "reward_model.enable=True": r"reward_model.enable=True.*not supported",
         "actor_rollout_ref.hybrid_engine=True": r"hybrid_engine=True",
     }
     for override, message in cases.items():
