@@ -86,7 +86,8 @@ def run_with_swap(rollout: HFRollout, new_model, generate):
     assert gate.reached.wait(30), "the generation never reached the pause step"
 
     def load() -> int:
-        rollout.module.load_state_dict(new_model.state_dict())
+        with rollout.weights_released():  # as the rollout worker loads
+            rollout.module.load_state_dict(new_model.state_dict())
         return 1
 
     assert gate.swap(load, timeout_s=30) == 1
@@ -161,6 +162,26 @@ def test_without_a_swap_nothing_pauses_and_versions_are_the_gates(models):
         gated = rollout.generate_turns(prompt_ids(), [T, T], SamplingRequest.resolve({}, rollout.config), [EOS])
     assert [t.token_ids for t in gated] == [t.token_ids for t in turns]
     assert all(t.versions == [4] * T for t in gated) and rollout.gate.pauses == 0
+
+
+def test_a_load_inside_an_open_cast_context_reaches_the_float32_weights(models, monkeypatch):
+    """Where the CPU decodes in bf16, an open generation context holds bf16 copies in the parameters: a load must
+    write the float32 originals (weights_released), or closing the context would put the old weights back."""
+    import verl.workers.rollout.vllm_cpu as vllm_cpu
+
+    monkeypatch.setattr(vllm_cpu, "cpu_rollout_dtype", lambda requested: "bfloat16")
+    old, new = models
+    rollout = HFRollout(tiny_lm(0), config())
+    with rollout.generation_context():
+        assert next(rollout.module.parameters()).dtype == torch.bfloat16
+        with rollout.weights_released():
+            assert next(rollout.module.parameters()).dtype == torch.float32
+            rollout.module.load_state_dict(new.state_dict())
+        cast = dict(rollout.module.named_parameters())
+        for name, param in new.named_parameters():  # decoding goes on with the new weights, cast again
+            assert cast[name].dtype == torch.bfloat16 and torch.equal(cast[name], param.to(torch.bfloat16)), name
+    for name, param in rollout.module.named_parameters():
+        assert param.dtype == torch.float32 and torch.equal(param, dict(new.named_parameters())[name]), name
 
 
 def test_a_swap_waits_for_no_generation_when_none_runs():

@@ -368,7 +368,12 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         if self._weight_gate is None:
             load()
         else:  # partial rollout: the generations in flight pause at their next decode step and resume after it
-            self._weight_gate.swap(load)
+
+            def load_released() -> int:
+                with self._standalone_rollout.rollout.weights_released():  # into the originals, not cast copies
+                    return load()
+
+            self._weight_gate.swap(load_released)
         return self.checkpoint_engine.last_stats
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 
 import numpy as np
 import torch
@@ -97,6 +98,8 @@ class HFRollout(BaseRollout):
         # verl/workers/rollout/weight_gate.py; None: every generation runs to its end under one set of weights
         self.gate = None
         self._context: contextlib.ExitStack | None = None
+        # a weight load on another thread (partial rollout) closes and reopens the context: one at a time
+        self._context_lock = threading.RLock()
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate for left-padded ``input_ids``/``attention_mask``/``position_ids`` ``(B, P)``; tensors only.
@@ -120,12 +123,33 @@ class HFRollout(BaseRollout):
         The trainer recomputes log-probs with the training weights, so only the samples see bf16 rounding. Decode
         steps attend with :func:`~verl.workers.engine.fsdp.cpu_attention.cpu_attention_forward` (sdpa's CPU kernel
         is slow for one query row)."""
-        self._context = self._enter_generation_context()
+        with self._context_lock:
+            if self._context is not None:  # nested: the outer call's context serves
+                outer = True
+            else:
+                outer, self._context = False, self._enter_generation_context()
         try:
             yield
         finally:
-            self._context.close()
-            self._context = None
+            if not outer:
+                with self._context_lock:
+                    self._context.close()
+                    self._context = None
+
+    @contextlib.contextmanager
+    def weights_released(self):
+        """Around a weight load on another thread while no decode step runs (partial rollout): a generation context
+        that is open (an agent-loop batch waiting on tools, a parked decode loop) is closed for the load, so the load
+        writes the float32 originals rather than the cast copies decoding uses, and reopened (cast anew) after it."""
+        with self._context_lock:
+            inside = self._context is not None
+            if inside:
+                self._context.close()
+            try:
+                yield
+            finally:
+                if inside:
+                    self._context = self._enter_generation_context()
 
     def _enter_generation_context(self) -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
@@ -147,18 +171,6 @@ class HFRollout(BaseRollout):
             if isinstance(dtype, torch.dtype):
                 stack.enter_context(weights_cast_to(self.module, dtype))
         return stack
-
-    def _park(self) -> int:
-        """Wait out a weight swap outside the generation context (the load writes the float32 originals, not the
-        cast copies decoding uses), then enter it again; returns the new version."""
-        inside = self._context is not None
-        if inside:
-            self._context.close()
-        try:
-            return self.gate.park()
-        finally:
-            if inside:
-                self._context = self._enter_generation_context()
 
     def _generate_segments(self, input_ids, attention_mask, config: GenerationConfig, stop_ids, **model_kwargs):
         """``module.generate`` that a weight swap (``self.gate``) may pause after any decode step: the rows then
@@ -198,7 +210,7 @@ class HFRollout(BaseRollout):
             if generated.size(1) >= budget or (stopped is not None and bool(stopped.all())):
                 break
             # the swap stopped this loop (nothing else ends it early): wait for the weights, go on from here
-            self._park()
+            self.gate.park()
             mask = mask.repeat_interleave(out.sequences.size(0) // mask.size(0), dim=0)
             ids, mask = out.sequences, torch.cat([mask, torch.ones_like(new)], dim=1)
             config = copy.deepcopy(config)

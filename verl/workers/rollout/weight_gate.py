@@ -4,8 +4,9 @@ under the new weights.
 A standalone rollout worker that allows it (``async_training.partial_rollout``) receives weights on one thread while
 another generates. :meth:`WeightGate.swap` raises the pause flag; each decode loop sees it after its current step
 (``pause_requested``, read by the HF rollout's stopping criterion), returns the tokens it has and parks
-(:meth:`WeightGate.park`); once no loop is running the weights load, the version moves on, and the parked loops
-continue from their prompt plus the tokens they have, under the new weights. Every token is tagged with the
+(:meth:`WeightGate.park`); once no loop is running the weights load (the HF rollout's ``weights_released`` around
+it), the version moves on, and the parked loops continue from their prompt plus the tokens they have, under the new
+weights. Every token is tagged with the
 ``version`` in force when its decode loop (segment) started.
 """
 
