@@ -12,8 +12,10 @@ shows at most ``--sft_busy_max`` busy answers; data, model and SFT are reused fr
 Both GRPO runs start from the same SFT model with the same data, seeds, batch (``--batch_size`` prompts x ``--n``
 samples, one update per batch) and number of steps, so they train the same number of samples: the synchronous trainer
 (``main_ppo``, two colocated workers, hybrid engine) and the fully async one
-(``recipe.fully_async_policy.fully_async_main``, one trainer and one rollout process, staleness 1, a weight sync
-every update, partial rollout). They run one after the other in this invocation (``--order``), never at once.
+(``recipe.fully_async_policy.fully_async_main``, ``--async_trainer_procs`` trainer and ``--async_rollout_procs``
+rollout processes on the same cores, staleness 1, a weight sync every update, partial rollout). They run one after
+the other in this invocation (``--order``), never at once. ``target_met`` is null when sync's validation score
+never rose above its first value (there is nothing to reach).
 
 Prints one JSON line per figure: each run's validation curve (greedy exact-answer accuracy on the first
 ``--val_size`` of the 200 held-out problems) against wall time since the run was launched, and the target's figures:
@@ -28,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -40,11 +43,53 @@ TOLERANCE = 0.03
 TARGET_RATIO = 2 / 3
 
 
-def _run(cmd: list[str], log: str, env: dict, timeout: int) -> tuple[float, float]:
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _keep_priority(proc: subprocess.Popen, stop: threading.Event) -> None:
+    """Ray starts its workers at niceness 15: on a machine shared with other jobs at niceness 0 they get a few per
+    cent of a core, and a run's pace follows the neighbours'. Both runs' workers are put back to the driver's
+    priority, so they compete as the driver does."""
+    while not stop.wait(1.0):
+        for pid in _descendants(proc.pid):
+            try:
+                if os.getpriority(os.PRIO_PROCESS, pid) > 0:
+                    os.setpriority(os.PRIO_PROCESS, pid, 0)
+            except OSError:
+                pass
+
+
+def _run(cmd: list[str], log: str, env: dict, timeout: int, renice: bool = False) -> tuple[float, float]:
     """Run ``cmd`` with its output in ``log``; returns (launch time, wall seconds), raises on failure."""
     start = time.time()
+    stop = threading.Event()
     with open(log, "w") as out:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        if renice:
+            threading.Thread(target=_keep_priority, args=(proc, stop), daemon=True).start()
+        try:
+            proc.wait(timeout=timeout)
+        finally:
+            stop.set()
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(30)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed with exit code {proc.returncode}; see {log}")
     return start, time.time() - start
@@ -97,14 +142,14 @@ def grpo_overrides(work: str, model: str, args) -> list[str]:
         f"actor_rollout_ref.model.path={model}",
         "actor_rollout_ref.actor.optim.lr=1e-4",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch_size}",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0",
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         f"actor_rollout_ref.rollout.n={args.n}",
         "actor_rollout_ref.rollout.temperature=1.0",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
         f"+actor_rollout_ref.rollout.seed={args.seed}",
         "actor_rollout_ref.rollout.multi_turn.enable=True",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}",
@@ -131,8 +176,10 @@ def run_side(side: str, work: str, common: list[str], args, env: dict) -> dict:
     else:
         cmd = [sys.executable, "-m", "recipe.fully_async_policy.fully_async_main", *common]
         cmd += [
-            "trainer.n_gpus_per_node=1",
-            "rollout.n_gpus_per_node=1",
+            f"trainer.n_gpus_per_node={args.async_trainer_procs}",
+            f"rollout.n_gpus_per_node={args.async_rollout_procs}",
+            # logical CPUs for Ray's bundles: the rollout processes mostly wait on the tool
+            f"ray_init.num_cpus={args.async_trainer_procs + args.async_rollout_procs}",
             "async_training.require_batches=1",
             f"async_training.staleness_threshold={args.staleness}",
             "async_training.trigger_parameter_sync_step=1",
@@ -140,7 +187,7 @@ def run_side(side: str, work: str, common: list[str], args, env: dict) -> dict:
             *args.async_override,
         ]
     cmd += [f"trainer.default_local_dir={out}", f"trainer.experiment_name={side}"]
-    launched, wall = _run(cmd, os.path.join(work, f"grpo_{side}.log"), env, args.timeout)
+    launched, wall = _run(cmd, os.path.join(work, f"grpo_{side}.log"), env, args.timeout, renice=args.renice_workers)
     curve: dict[int, list] = {}
     with open(os.path.join(out, "metrics.jsonl")) as f:
         for line in f:
@@ -156,6 +203,8 @@ def compare(sync: dict, fa: dict) -> dict:
     """The target's figures: sync's final score and wall time, when async first reached it within TOLERANCE."""
     final_step, sync_time, sync_score = sync["curve"][-1]
     reached = [t for _, t, score in fa["curve"] if score >= sync_score - TOLERANCE]
+    # a score sync never rose to is no target: any run "reaches" it at its first validation
+    rose = sync_score > sync["curve"][0][2] + TOLERANCE
     result = {
         "sync_final_val": round(sync_score, 4),
         "sync_time_to_final_val_s": sync_time,
@@ -166,7 +215,8 @@ def compare(sync: dict, fa: dict) -> dict:
         "async_wall_s": fa["wall_s"],
         "async_over_sync_wall": round(fa["wall_s"] / sync["wall_s"], 3),
     }
-    result["target_met"] = bool(reached) and result["async_over_sync_time"] <= TARGET_RATIO
+    result["sync_val_rose"] = rose
+    result["target_met"] = (bool(reached) and result["async_over_sync_time"] <= TARGET_RATIO) if rose else None
     return result
 
 
@@ -186,10 +236,15 @@ def main(argv=None) -> None:
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--val_size", type=int, default=64, help="held-out problems validated (0: all 200)")
     parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--async_trainer_procs", type=int, default=2, help="the async run's trainer processes")
+    parser.add_argument("--async_rollout_procs", type=int, default=2, help="the async run's rollout processes")
     parser.add_argument("--partial_rollout", default="True")
     parser.add_argument("--order", default="sync,async", help="which run goes first")
     parser.add_argument("--async_override", nargs="*", default=[], help="extra overrides for the async run")
     parser.add_argument("--timeout", type=int, default=3600)
+    parser.add_argument(
+        "--renice_workers", type=int, default=1, help="1: put Ray's niceness-15 workers back to 0 (shared machines)"
+    )
     args = parser.parse_args(argv)
     work = args.work_dir
     os.makedirs(work, exist_ok=True)

@@ -180,10 +180,19 @@ class HFRollout(BaseRollout):
         log-probs ``(b*num_return, T)`` float32 (``calculate_log_probs``; else None) and the weight version of each
         (``(b*num_return, T)`` int64; None without a gate).
         """
+        # synced_gpus=False: HF's default for an FSDP-managed module all-reduces "unfinished" every decode step, but
+        # the generation context has unsharded the weights, and ranks make different numbers of calls (agent loops
+        # with different turn counts): a rank past its last call would leave the others waiting forever. FSDP1's
+        # forward still gathers inside summon_full_params, so it keeps HF's lockstep (None: HF decides).
+        synced = None if fsdp_version(self.module) == 1 else False
         want_log_probs = self.config.calculate_log_probs
         if self.gate is None or model_kwargs:  # multimodal inputs are not re-fed on a resume: never paused
             out = self.module.generate(
-                input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **model_kwargs
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                synced_gpus=synced,
+                **model_kwargs,
             )
             new = out.sequences[:, input_ids.size(1) :]
             log_probs = sampled_log_probs(self._step_logits(out), new, torch.ones_like(new)) if want_log_probs else None
@@ -198,6 +207,7 @@ class HFRollout(BaseRollout):
                     input_ids=ids,
                     attention_mask=mask,
                     generation_config=config,
+                    synced_gpus=synced,
                     stopping_criteria=StoppingCriteriaList([_PauseForWeights(self.gate)]),
                 )
             new = out.sequences[:, ids.size(1) :]
