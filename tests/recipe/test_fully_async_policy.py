@@ -233,22 +233,11 @@ def test_partial_rollout_generation_interrupted_by_a_sync_finishes_under_the_new
     assert not _rollouter_threads()
 
 
-def test_reward_model_worker_scores_the_async_samples(workspace, tmp_path_factory):
-    from verl.demo.tiny_model import make_tiny_model_dir
-
-    rm_path = make_tiny_model_dir(
-        str(tmp_path_factory.mktemp("rm") / "rm"),
-        head="sequence_classification",
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=64,
-        seed=3,
-    )
+def test_reward_model_worker_scores_the_async_samples(workspace):
+    # the workspace's critic (a tiny model with a score head) serves as the reward model
     extra = [
         "reward_model.enable=True",
-        f"reward_model.model.path={rm_path}",
+        f"reward_model.model.path={workspace['critic']}",
         "reward_model.micro_batch_size_per_gpu=4",
         "async_training.staleness_threshold=1",
     ]

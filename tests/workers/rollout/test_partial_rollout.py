@@ -13,30 +13,28 @@ import time
 import pytest
 import torch
 from omegaconf import OmegaConf
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from tests.workers.rollout.test_hf_rollout import VOCAB
+from tests.workers.rollout.test_hf_rollout import tiny_lm as hf_tiny_lm
 from verl.protocol import DataProto
 from verl.utils.model import compute_position_id_with_mask
 from verl.workers.rollout import HFRollout
 from verl.workers.rollout.base import SamplingRequest
 from verl.workers.rollout.weight_gate import WeightGate
 
-VOCAB, P, T, PAUSE_AT = 96, 4, 10, 3
+P, T, PAUSE_AT = 4, 10, 3
 PAD, EOS = 0, 91  # an EOS the models do not produce in 10 greedy steps (checked below)
 
 
-def tiny_lm(seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        attn_implementation="sdpa",
-    )
-    return Qwen2ForCausalLM(cfg).eval()
+def tiny_lm(seed: int):
+    """test_hf_rollout's tiny Qwen2; ``seed`` > 0 shifts every weight by seeded noise (a later version of it)."""
+    model = hf_tiny_lm()
+    if seed:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for param in model.parameters():
+                param.add_(torch.randn(param.shape, generator=g) * 0.5)
+    return model
 
 
 def config():
