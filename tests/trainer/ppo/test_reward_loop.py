@@ -60,6 +60,16 @@ def test_streamed_rewards_equal_the_batch_path(tokenizer, make_batch, score_fn):
     loop.close()
 
 
+def test_num_examine_prints_per_step_not_per_chunk(tokenizer, make_batch, capsys):  # noqa: F811
+    rows = make_batch([f"p{i}" for i in range(6)], ["1"] * 6, ["1"] * 6, data_sources=["a", "b"] * 3)
+    loop = RewardLoop(NaiveRewardManager(tokenizer, 1, compute_score=exact))  # one sample per data source
+    for _step in range(2):
+        batch = loop.generate(rows, {}, lambda prompts, timing: prompts, chunk_prompts=2)  # 3 chunks of a and b
+        loop.pending(batch.non_tensor_batch.pop(ROW_KEY)).result()
+    assert capsys.readouterr().out.count("[prompt]") == 2 * 2  # per step: one of "a", one of "b"
+    loop.close()
+
+
 def test_rows_never_submitted_are_refused(tokenizer, make_batch):  # noqa: F811
     loop = RewardLoop(NaiveRewardManager(tokenizer, 0, compute_score=exact))
     ids = loop.submit(make_batch(["a", "b"], ["1", "2"], ["1", "2"]))
