@@ -302,6 +302,11 @@ class HFScoreReplica:
 CHAT_ROUTE, POOLING_ROUTE = "/v1/chat/completions", "/pooling"
 
 
+class _Server(ThreadingHTTPServer):
+    # an async reward function opens hundreds of connections at once; the default backlog (5) resets some of them
+    request_queue_size = 1024
+
+
 class _Route:
     """The backends of one POST route and their load."""
 
@@ -376,7 +381,7 @@ class RewardRouter:
                     logger.warning("reward model request failed: %s: %s", type(e).__name__, e)
                     self._reply(500, {"error": {"message": f"{type(e).__name__}: {e}"}})
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = _Server(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="reward-router", daemon=True)
         self._thread.start()
