@@ -31,6 +31,18 @@ __all__ = [
 ]
 
 
+def _load_hf(auto_cls, model_path: str, dtype, trust_remote_code: bool, **kwargs) -> tuple:
+    """``(tokenizer, model)``: the folder's tokenizer and ``auto_cls.from_pretrained`` in eval mode, in ``dtype``."""
+    import torch
+
+    from verl.utils.tokenizer import hf_tokenizer
+
+    tokenizer = hf_tokenizer(model_path, trust_remote_code=trust_remote_code)
+    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    model = auto_cls.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code, **kwargs)
+    return tokenizer, model.eval()
+
+
 def _sampling(request: dict, max_response_tokens: int) -> tuple[list, int, float, float, int]:
     """``(messages, max_tokens, temperature, top_p, n)`` of a chat-completions request dict."""
     messages = request.get("messages")
@@ -94,16 +106,9 @@ class HFChatReplica:
         trust_remote_code: bool = False,
         served_name: str | None = None,
     ):
-        import torch
         from transformers import AutoModelForCausalLM
 
-        from verl.utils.tokenizer import hf_tokenizer
-
-        self.tokenizer = hf_tokenizer(model_path, trust_remote_code=trust_remote_code)
-        torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code
-        ).eval()
+        self.tokenizer, self.model = _load_hf(AutoModelForCausalLM, model_path, dtype, trust_remote_code)
         self.max_prompt_tokens, self.max_response_tokens = max_prompt_tokens, max_response_tokens
         self.served_name = served_name or model_path
         self._lock = threading.Lock()  # generate is not re-entrant on one model
@@ -250,16 +255,10 @@ class HFScoreReplica:
         trust_remote_code: bool = False,
         served_name: str | None = None,
     ):
-        import torch
         from transformers import AutoModelForTokenClassification
 
-        from verl.utils.tokenizer import hf_tokenizer
-
-        self.tokenizer = hf_tokenizer(model_path, trust_remote_code=trust_remote_code)
-        torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-        self.model = AutoModelForTokenClassification.from_pretrained(
-            model_path, num_labels=1, dtype=torch_dtype, trust_remote_code=trust_remote_code
-        ).eval()
+        auto_cls = AutoModelForTokenClassification
+        self.tokenizer, self.model = _load_hf(auto_cls, model_path, dtype, trust_remote_code, num_labels=1)
         self.max_length = max_length
         self.served_name = served_name or model_path
         self._lock = threading.Lock()
