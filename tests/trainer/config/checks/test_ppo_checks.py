@@ -752,6 +752,9 @@ def test_yaml_has_verls_rollout_pool_keys():
     assert yaml.actor_rollout_ref.hybrid_engine is True
 
 
+_CKE = "actor_rollout_ref__rollout__checkpoint_engine"
+
+
 @pytest.mark.parametrize(
     "updates, expected",
     [
@@ -763,6 +766,10 @@ def test_yaml_has_verls_rollout_pool_keys():
             ["rollout.n_gpus_per_node=4096", "core(s)", "at most"],
         ),
         ({"actor_rollout_ref__hybrid_engine": "yes"}, ["actor_rollout_ref.hybrid_engine='yes'"]),
+        # the checkpoint engine's settings, refused here rather than by the workers after Ray has started them
+        ({f"{_CKE}__backend": "mpi"}, ["checkpoint_engine.backend='mpi'", "expected one of", "gloo"]),
+        ({f"{_CKE}__backend": "nccl"}, ["checkpoint_engine.backend='nccl'", "trainer.device='cpu'", "backend=gloo"]),
+        ({f"{_CKE}__update_weights_bucket_megabytes": 0}, ["update_weights_bucket_megabytes=0", "positive"]),
     ],
 )
 def test_refused_with_key_value_and_fix(standalone, updates, expected):
