@@ -2,6 +2,7 @@
 worker killed during a call is reported with its role, the phase, the host's memory and the settings to turn."""
 
 import os
+import re
 import time
 
 import pytest
@@ -119,11 +120,31 @@ def test_ray_group_reports_a_worker_killed_during_a_phase(ray_cluster):
         assert error.phase == "work" and error.ranks == [1] and error.role == "DyingWorker"
         message = str(error)
         assert "DyingWorker worker rank 1 was lost during 'work'" in message
-        assert "Host memory now: used " in message and " GiB (" in message
+        # read on the worker's node from its heartbeat: the host's memory and the dead worker's own resident memory
+        assert "Memory of the worker's node " in message and " now; at the last sample of worker process " in message
+        sampled = r"s before it was lost: used [\d.]+ of [\d.]+ GiB \(\d+%\), the worker's resident memory"
+        assert re.search(sampled, message), message
+        node_id, pid, _ = wg._worker_processes[1]
+        assert f"node {node_id[:8]} on " in message and f"worker process {pid}," in message
         assert "Settings that lower the memory of 'work': work.micro_batch_size_per_gpu." in message
         # without a watchdog the loss is reported the same way, without hints
         with pytest.raises(WorkerLostError, match="rank 1 was lost during 'work'"):
             wg.set_watchdog(None) or wg.work()
+    finally:
+        for worker in wg.workers:
+            ray.kill(worker)
+        for pg in pool.pgs or []:
+            ray.util.remove_placement_group(pg)
+
+
+def test_a_lost_worker_is_reported_even_when_a_peer_fails_first(ray_cluster):
+    pool = RayResourcePool([2], use_gpu=False)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(DyingWorker), 1), device_name="cpu")
+    try:
+        wg.set_watchdog(Watchdog(timeout_s=60))
+        with pytest.raises(WorkerLostError, match="rank 1 was lost during 'work_losing_a_peer'") as info:
+            wg.work_losing_a_peer()
+        assert "Connection closed by peer" in str(info.value.__cause__)  # rank 0's error, kept as the cause
     finally:
         for worker in wg.workers:
             ray.kill(worker)

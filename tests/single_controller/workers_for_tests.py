@@ -136,3 +136,15 @@ class DyingWorker(Worker):
 
             os.kill(os.getpid(), signal.SIGKILL)
         return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def work_losing_a_peer(self) -> int:
+        """The other ranks fail at once (as a collective fails when its peer is gone); ``dying_rank`` dies a moment
+        later, so the peers' errors reach the driver first."""
+        if self.rank != self.dying_rank:
+            raise RuntimeError("Connection closed by peer")
+        import signal
+        import time
+
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
