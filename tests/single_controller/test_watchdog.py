@@ -150,3 +150,46 @@ def test_a_lost_worker_is_reported_even_when_a_peer_fails_first(ray_cluster):
             ray.kill(worker)
         for pg in pool.pgs or []:
             ray.util.remove_placement_group(pg)
+
+
+def test_non_blocking_calls_get_their_deadline_where_the_driver_waits(ray_cluster, tmp_path):
+    import pickle
+
+    import torch
+
+    from verl import DataProto
+    from verl.protocol import DataProtoFuture
+    from verl.trainer.ppo.weight_sync import resolve_result
+
+    pool = RayResourcePool([2], use_gpu=False)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(SleepyWorker), 1, 30.0), device_name="cpu")
+    try:
+        data = DataProto.from_dict({"x": torch.arange(4.0)})
+        wg.workers[1].__ray_call__.remote(lambda self: setattr(self, "seconds", 0.0))  # nobody sleeps: on time
+        wg.set_watchdog(Watchdog(timeout_s=0, phase_timeout_s={"work_later": 5, "double_later": 5}))
+        assert resolve_result(wg.work_later()) == [0, 1]
+        assert torch.equal(wg.double_later(data).get().batch["x"], torch.arange(4.0) * 2)
+        wg.workers[1].__ray_call__.remote(lambda self: setattr(self, "seconds", 30.0))  # rank 1 sleeps from now on
+        wg.set_watchdog(
+            Watchdog(timeout_s=0, phase_timeout_s={"work_later": 3, "double_later": 3}, dump_dir=str(tmp_path))
+        )
+        pending = wg.work_later()
+        assert isinstance(pending, list) and type(pickle.loads(pickle.dumps(pending))) is list  # verl's shape
+        time.sleep(2)  # the deadline counts from the call, not from the wait
+        start = time.monotonic()
+        with pytest.raises(WorkerGroupTimeout) as info:
+            resolve_result(pending)
+        assert time.monotonic() - start < 2.5
+        assert info.value.phase == "work_later" and list(info.value.stuck) == [1]
+        assert "'work_later' did not return within 3s (trainer.watchdog_phase_timeout_s.work_later)" in str(info.value)
+        future = wg.double_later(data)
+        assert isinstance(future, DataProtoFuture)
+        start = time.monotonic()
+        with pytest.raises(WorkerGroupTimeout, match="'double_later' did not return within 3s"):
+            future.chunk(2)[0].get()  # a chunk of the future carries the deadline too
+        assert time.monotonic() - start < 8
+    finally:
+        for worker in wg.workers:
+            ray.kill(worker)
+        for pg in pool.pgs or []:
+            ray.util.remove_placement_group(pg)

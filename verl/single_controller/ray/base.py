@@ -60,6 +60,25 @@ def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, block
     return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=resolve)
 
 
+class PendingCall(list):
+    """The ObjectRefs of a non-blocking worker-group call under a watchdog: a plain list of them (``ray.get`` takes
+    it, as in verl), whose :meth:`wait` gives their values within the call's deadline (counted from when it was
+    issued) with the reports of a blocking call: :class:`WorkerGroupTimeout` with every worker's stacks, or
+    :class:`WorkerLostError`. ``DataProtoFuture.get`` and ``resolve_result`` wait through it. Pickled (sent to a
+    worker inside a DataProtoFuture argument) it is a plain list."""
+
+    def __init__(self, refs: list, group: RayWorkerGroup, phase: str, deadline_at: float) -> None:
+        super().__init__(refs)
+        self.group, self.phase, self.deadline_at = group, phase, deadline_at
+
+    def wait(self) -> list:
+        """The values of the refs, in order."""
+        return self.group._wait_reporting(self.phase, list(self), self.deadline_at)
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+
 def _request_stacks(pid: int, path: str, signum: int, wait_s: float = 1.0) -> str:
     """On the worker's node: empty its stack file, signal it to write its stacks, and return what it wrote."""
     with open(path, "w"):
@@ -385,6 +404,13 @@ class RayWorkerGroup(HandleWorkerGroup):
             timeout = watchdog.deadline("init_model") or None
             refs = [w.watchdog_process_info.remote() for w in self._workers]
             self._worker_processes = ray.get(refs, timeout=timeout)
+
+    def _start_with_deadline(self, phase: str, start):
+        issued = time.monotonic()
+        pending = start()
+        if not isinstance(pending, list):  # one ref (a rank-zero call) stays one: verl's callers expect an ObjectRef
+            return pending
+        return PendingCall(pending, self, phase, issued + self.watchdog.deadline(phase))
 
     def _run_with_deadline(self, phase: str, start):
         issued = time.monotonic()
