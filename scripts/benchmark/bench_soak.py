@@ -92,6 +92,15 @@ def _growth(series: list[tuple[int, float]], from_step: int, window: int) -> tup
     return statistics.median(values[:window]), statistics.median(values[-window:])
 
 
+def _slope(series: list[tuple[int, float]], from_step: int) -> float:
+    """Least-squares slope (per step) of the values at or after ``from_step``."""
+    points = [(s, v) for s, v in series if s >= from_step]
+    mean_s = statistics.fmean(s for s, _ in points)
+    mean_v = statistics.fmean(v for _, v in points)
+    spread = sum((s - mean_s) ** 2 for s, _ in points)
+    return sum((s - mean_s) * (v - mean_v) for s, v in points) / spread if spread else 0.0
+
+
 def _picture(curves: dict[str, dict[str, list]], path: str, from_step: int) -> bool:
     try:
         import matplotlib
@@ -189,6 +198,8 @@ def main(argv=None) -> int:
             growth = (last - first) / first if first else 0.0
             _emit(f"{name}/{metric}", {"at_warmup": round(first, 1), "at_end": round(last, 1)}, "")
             _emit(f"{name}/{metric}_growth", round(100 * growth, 2), f"% from step {args.from_step} to {seen}")
+            if metric == "rss_mib":  # the least-squares trend, less sensitive to where one phase's peak fell
+                _emit(f"{name}/rss_mib_trend", round(_slope(series[metric], args.from_step) * 100, 2), "MiB/100 steps")
             allowed = args.max_growth * first if metric == "rss_mib" else max(2.0, args.max_growth * first)
             if last - first > allowed:
                 failures.append(f"{name} {metric}: {first:.1f} -> {last:.1f}")
