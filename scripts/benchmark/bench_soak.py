@@ -3,13 +3,14 @@
     python scripts/benchmark/bench_soak.py [--steps 300] [--save_freq 50] [--picture docs/images/soak_curve.png]
 
 Runs ``python -m verl.trainer.main_ppo`` (no data, no model: the built-in demo) with ``total_training_steps`` and
-``save_freq`` set, and after every train step (a new record in the run's ``metrics.jsonl``) reads the resident memory,
-open file descriptors and thread count of the driver (which runs the controller on a local cluster) and of each Ray
-worker process (``ray::`` in its title) under it, through psutil. Prints the curve, then one JSON line per figure,
-and checks that from ``--from_step`` to the end the resident memory of each process grew by at most ``--max_growth``
-(medians of the first and last ``--window`` samples, so one noisy sample does not decide) and its file descriptors
-and threads by at most that fraction or 2, whichever is larger. Exit status 1 when a check fails. Extra arguments are
-passed to main_ppo as Hydra overrides.
+``save_freq`` set. Every ``--interval`` seconds it reads, through psutil, the resident memory, open file descriptors
+and thread count of the driver (which runs the controller on a local cluster) and of each Ray worker process
+(``ray::`` in its title) under it; at each train step (a new record in the run's ``metrics.jsonl``) it records per
+process the lowest and highest resident memory seen since the step before (the resting level, and the peak of the
+phases the samples caught) and the descriptors and threads. Prints the curve, then one JSON line per figure, and
+checks that from ``--from_step`` to the end the resting resident memory of each process grew by at most
+``--max_growth`` (medians of the first and last ``--window`` steps), and its descriptors and threads by at most that
+fraction or 2, whichever is larger. Exit status 1 when a check fails. Extra arguments go to main_ppo as overrides.
 """
 
 from __future__ import annotations
@@ -112,11 +113,21 @@ def _picture(curves: dict[str, dict[str, list]], path: str, from_step: int) -> b
         return False
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, (metric, title) in zip(
-        axes, [("rss_mib", "resident memory (MiB)"), ("fds", "open file descriptors"), ("threads", "threads")]
+        axes,
+        [
+            ("rss_mib", "resident memory (MiB): lowest in the step, dashed: highest"),
+            ("fds", "open file descriptors"),
+            ("threads", "threads"),
+        ],
     ):
-        for name, series in sorted(curves.items()):
+        for index, (name, series) in enumerate(sorted(curves.items())):
             steps = [s for s, _ in series[metric]]
-            ax.plot(steps, [v for _, v in series[metric]], label=name.split(":")[0] + f" ({name.split(':')[1]})")
+            color = f"C{index}"
+            label = name.split(":")[0] + f" ({name.split(':')[1]})"
+            ax.plot(steps, [v for _, v in series[metric]], color=color, label=label)
+            if metric == "rss_mib":
+                peaks = [v for _, v in series["peak_rss_mib"]]
+                ax.plot(steps, peaks, color=color, linestyle="--", linewidth=0.6, alpha=0.6)
         ax.axvline(from_step, color="grey", linestyle=":", linewidth=1)
         ax.set_title(title)
         ax.set_xlabel("train step")
@@ -138,6 +149,7 @@ def main(argv=None) -> int:
     parser.add_argument("--from_step", type=int, default=20, help="end of warm-up: growth is measured from here")
     parser.add_argument("--max_growth", type=float, default=0.05)
     parser.add_argument("--window", type=int, default=5)
+    parser.add_argument("--interval", type=float, default=0.25, help="seconds between samples within a step")
     parser.add_argument("--work_dir", default=None)
     parser.add_argument("--picture", default=None, help="write the curves here as a PNG")
     parser.add_argument("--curve_json", default=None, help="write the raw samples here")
@@ -161,21 +173,30 @@ def main(argv=None) -> int:
     with open(os.path.join(work_dir, "stdout.log"), "w") as out, open(os.path.join(work_dir, "stderr.log"), "w") as err:
         proc = subprocess.Popen(command, cwd=work_dir, env=env, stdout=out, stderr=err)
         driver = psutil.Process(proc.pid)
-        seen = 0
+        seen, window = 0, {}  # window: each process's lowest and highest resident memory since the last step
         while proc.poll() is None and time.time() - start < args.timeout:
+            sample = _sample(driver)
+            for name, values in sample.items():
+                low, high = window.get(name, (values["rss_mib"], values["rss_mib"]))
+                window[name] = (min(low, values["rss_mib"]), max(high, values["rss_mib"]))
             step = _train_steps(metrics_file)
             if step > seen:
                 seen = step
-                sample = _sample(driver)
                 for name, values in sample.items():
-                    series = curves.setdefault(name, {"rss_mib": [], "fds": [], "threads": []})
-                    for metric, value in values.items():
-                        series[metric].append((step, value))
+                    series = curves.setdefault(name, {"rss_mib": [], "peak_rss_mib": [], "fds": [], "threads": []})
+                    low, high = window.get(name, (values["rss_mib"], values["rss_mib"]))
+                    series["rss_mib"].append((step, low))
+                    series["peak_rss_mib"].append((step, high))
+                    series["fds"].append((step, values["fds"]))
+                    series["threads"].append((step, values["threads"]))
+                window = {}
                 row = "  ".join(
-                    f"{n}={v['rss_mib']:.0f}MiB/{v['fds']}fd/{v['threads']}th" for n, v in sorted(sample.items())
+                    f"{n}={curves[n]['rss_mib'][-1][1]:.0f}-{curves[n]['peak_rss_mib'][-1][1]:.0f}MiB/{v['fds']}fd/"
+                    f"{v['threads']}th"
+                    for n, v in sorted(sample.items())
                 )
                 print(f"step {step:4d}  {row}", flush=True)
-            time.sleep(0.2)
+            time.sleep(args.interval)
         if proc.poll() is None:
             proc.kill()
         returncode = proc.wait()
@@ -193,13 +214,16 @@ def main(argv=None) -> int:
     # a process sampled from warm-up to the end (the driver and the long-lived workers)
     lasting = {n: c for n, c in curves.items() if c["rss_mib"][0][0] <= args.from_step and c["rss_mib"][-1][0] == seen}
     for name, series in sorted(lasting.items()):
-        for metric in ("rss_mib", "fds", "threads"):
+        for metric in ("rss_mib", "peak_rss_mib", "fds", "threads"):
             first, last = _growth(series[metric], args.from_step, args.window)
             growth = (last - first) / first if first else 0.0
             _emit(f"{name}/{metric}", {"at_warmup": round(first, 1), "at_end": round(last, 1)}, "")
             _emit(f"{name}/{metric}_growth", round(100 * growth, 2), f"% from step {args.from_step} to {seen}")
-            if metric == "rss_mib":  # the least-squares trend, less sensitive to where one phase's peak fell
-                _emit(f"{name}/rss_mib_trend", round(_slope(series[metric], args.from_step) * 100, 2), "MiB/100 steps")
+            if metric.endswith("rss_mib"):  # the least-squares trend, less sensitive to single samples
+                slope = _slope(series[metric], args.from_step) * 100
+                _emit(f"{name}/{metric}_trend", round(slope, 2), "MiB/100 steps")
+            if metric == "peak_rss_mib":  # reported: where a sample fell within a phase moves the peak
+                continue
             allowed = args.max_growth * first if metric == "rss_mib" else max(2.0, args.max_growth * first)
             if last - first > allowed:
                 failures.append(f"{name} {metric}: {first:.1f} -> {last:.1f}")
