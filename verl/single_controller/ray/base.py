@@ -400,7 +400,7 @@ class RayWorkerGroup(HandleWorkerGroup):
         import ray
 
         super().set_watchdog(watchdog)
-        if watchdog is not None:
+        if watchdog is not None and not getattr(self, "_worker_processes", None):  # a group's processes stay put
             timeout = watchdog.deadline("init_model") or None
             refs = [w.watchdog_process_info.remote() for w in self._workers]
             self._worker_processes = ray.get(refs, timeout=timeout)
@@ -477,9 +477,10 @@ class RayWorkerGroup(HandleWorkerGroup):
         cause = " ".join(str(error).split())[:600]
         return WorkerLostError(role, phase, ranks, cause, self._memory_of(ranks), hints)
 
-    def _memory_of(self, ranks: list[int]) -> str:
-        """The memory of the node the first of ``ranks`` ran on, read there by a zero-CPU task pinned to it (with the
-        worker's last heartbeat sample); the driver's host when the worker's node is not known or does not answer."""
+    def _memory_of(self, ranks: list[int], via_node_task: bool = False) -> str:
+        """The memory of the node the first of ``ranks`` ran on, with the worker's last heartbeat sample: read here on
+        the driver's node, else by a zero-CPU task pinned to the worker's; the driver's host when the worker's node is
+        not known or does not answer."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -488,6 +489,8 @@ class RayWorkerGroup(HandleWorkerGroup):
         processes = getattr(self, "_worker_processes", None) or []
         if ranks and ranks[0] < len(processes) and processes[ranks[0]][0] is not None:
             node_id, pid, _ = processes[ranks[0]]
+            if node_id == ray.get_runtime_context().get_node_id() and not via_node_task:  # the driver's node
+                return f"of the worker's node {node_id[:8]} {memory_report(pid)}"
             strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
             try:
                 report = ray.remote(num_cpus=0)(memory_report).options(scheduling_strategy=strategy).remote(pid)
