@@ -72,6 +72,7 @@ def whole(run_dir, step):
     return checkpoint_problems(str(run_dir / f"global_step_{step}")) == []
 
 
+@pytest.mark.slow
 def test_worker_killed_in_each_phase_stops_the_run_and_resume_finishes_it(ray_cluster, workspace, tmp_path):
     run_dir = tmp_path / "ckpt"
     reports = {}
