@@ -40,6 +40,29 @@ def test_deadlines_per_phase():
     assert Watchdog(timeout_s=0).deadline("anything") == 0
 
 
+def test_memory_report_reads_the_heartbeat_and_stale_files_go(tmp_path, monkeypatch):
+    import json
+
+    from verl.single_controller.base import watchdog
+
+    monkeypatch.setattr(watchdog.tempfile, "gettempdir", lambda: str(tmp_path))
+    path = watchdog.memory_file_path(123)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        json.dump({"time": time.time() - 2.0, "host": "h", "memory": "used 1.0 of 2.0 GiB (50%)", "rss": 3 * 2**29}, f)
+    report = watchdog.memory_report(123)
+    assert re.search(
+        r"now; at the last sample of worker process 123, 2\.\ds before it was lost: used 1\.0 of 2\.0", report
+    )
+    assert report.endswith("the worker's resident memory 1.50 GiB") and not os.path.exists(path)  # read once
+    assert watchdog.memory_report(123).endswith("(no earlier sample of worker process 123)")
+    fresh, stale = watchdog.memory_file_path(1), watchdog.memory_file_path(2)
+    for name in (fresh, stale):
+        open(name, "w").close()
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert watchdog.remove_stale_memory_files(os.path.dirname(path)) == [stale] and os.path.exists(fresh)
+
+
 def test_where_stuck_picks_the_phase_thread():
     stacks = (
         "Thread 0x00007f01 (most recent call first):\n"

@@ -118,10 +118,31 @@ def start_memory_heartbeat(interval_s: float = MEMORY_HEARTBEAT_S) -> str:
     path = memory_file_path()
     if _heartbeat is None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        remove_stale_memory_files(os.path.dirname(path))
         _heartbeat = threading.Thread(target=_beat, args=(path, interval_s), name="verl-memory-heartbeat", daemon=True)
         _heartbeat.start()
         atexit.register(_remove_quietly, path)
     return path
+
+
+def remove_stale_memory_files(folder: str, older_than_s: float = 600.0) -> list[str]:
+    """Remove heartbeat files not rewritten for ``older_than_s`` (a live worker's is rewritten every second): those
+    of workers killed without a report (``ray.kill``, the end of a cluster). Returns what was removed."""
+    removed = []
+    now = time.time()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if name.endswith(".mem.json") and now - os.path.getmtime(path) > older_than_s:
+                os.remove(path)
+                removed.append(path)
+        except OSError:  # another worker removed it first
+            continue
+    return removed
 
 
 def _resident_bytes() -> int:
