@@ -164,6 +164,7 @@ BAD = {
     ),
     "rm_micro": ({"reward_model__enable": True}, ["reward_model.micro_batch_size_per_gpu"]),
     "resume_path": ({"trainer__resume_mode": "resume_path"}, ["trainer.resume_from_path=None", "global_step_"]),
+    "on_save_error": ({"trainer__on_save_error": "ignore"}, ["trainer.on_save_error='ignore'", "'continue'"]),
     "clip_ratio_c": ({"actor_rollout_ref__actor__clip_ratio_c": 1.0}, ["clip_ratio_c=1.0", "> 1"]),
     "multi_turn_tools": (
         {"actor_rollout_ref__rollout__multi_turn__enable": True},
