@@ -170,6 +170,8 @@ EXPECTED_PPO = {
         "run_report": True,
         # Ours: steps in a row with a skipped non-finite update or reward before the run stops.
         "max_consecutive_nonfinite": 3,
+        # Ours: a failed checkpoint save stops the run (or, with continue, is warned about).
+        "on_save_error": "stop",
         # Ours: the watchdog's deadlines (seconds) of worker-group calls.
         "watchdog_timeout_s": 3600,
         "watchdog_phase_timeout_s": {

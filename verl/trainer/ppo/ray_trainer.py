@@ -23,7 +23,7 @@ from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, Ra
 from verl.single_controller.ray.base import create_colocated_worker_cls
 from verl.trainer.config import PPOConfig
 from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.checkpointing import TrainerCheckpointer
+from verl.trainer.ppo.checkpointing import CheckpointSaveError, TrainerCheckpointer
 from verl.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage, compute_response_mask
 from verl.trainer.ppo.losses import agg_loss
 from verl.trainer.ppo.metric_utils import (
@@ -730,6 +730,8 @@ class RayPPOTrainer:
                         reporter.on_validation(self.global_steps, val_metrics)
                         last_val_metrics = val_metrics
                     self._maybe_save_checkpoint(is_last_step, timing_raw)
+                    if self.ppo_config.trainer.on_save_error == "continue":
+                        metrics["training/checkpoint_save_failures"] = getattr(self, "checkpoint_save_failures", 0)
             self._stop_profiling()
             if batch is None:  # the step drew more prompts than were left (dynamic sampling): nothing to log
                 logger.warning("training data exhausted within step %d; stopping", self.global_steps)
@@ -821,7 +823,21 @@ class RayPPOTrainer:
         """Save and publish the checkpoint of ``global_steps``."""
         critic_wg = self.critic_wg if self.use_critic else None
         extra = self._extra_checkpoint_groups()
-        self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader, extra)
+        try:
+            self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader, extra)
+        except CheckpointSaveError as error:
+            if self.ppo_config.trainer.on_save_error != "continue":
+                raise
+            self.checkpoint_save_failures = getattr(self, "checkpoint_save_failures", 0) + 1
+            banner = "!" * 100
+            logger.error(
+                "\n%s\nCHECKPOINT NOT SAVED, training goes on (trainer.on_save_error=continue; %d failed so far): %s"
+                "\n%s",
+                banner,
+                self.checkpoint_save_failures,
+                error,
+                banner,
+            )
 
     def _load_checkpoint(self) -> int:
         """Resume as ``trainer.resume_mode`` says; sets and returns ``global_steps`` (0: from scratch)."""

@@ -164,6 +164,7 @@ BAD = {
     ),
     "rm_micro": ({"reward_model__enable": True}, ["reward_model.micro_batch_size_per_gpu"]),
     "resume_path": ({"trainer__resume_mode": "resume_path"}, ["trainer.resume_from_path=None", "global_step_"]),
+    "on_save_error": ({"trainer__on_save_error": "ignore"}, ["trainer.on_save_error='ignore'", "'continue'"]),
     "clip_ratio_c": ({"actor_rollout_ref__actor__clip_ratio_c": 1.0}, ["clip_ratio_c=1.0", "> 1"]),
     "multi_turn_tools": (
         {"actor_rollout_ref__rollout__multi_turn__enable": True},
@@ -752,6 +753,9 @@ def test_yaml_has_verls_rollout_pool_keys():
     assert yaml.actor_rollout_ref.hybrid_engine is True
 
 
+_CKE = "actor_rollout_ref__rollout__checkpoint_engine"
+
+
 @pytest.mark.parametrize(
     "updates, expected",
     [
@@ -763,6 +767,10 @@ def test_yaml_has_verls_rollout_pool_keys():
             ["rollout.n_gpus_per_node=4096", "core(s)", "at most"],
         ),
         ({"actor_rollout_ref__hybrid_engine": "yes"}, ["actor_rollout_ref.hybrid_engine='yes'"]),
+        # the checkpoint engine's settings, refused here rather than by the workers after Ray has started them
+        ({f"{_CKE}__backend": "mpi"}, ["checkpoint_engine.backend='mpi'", "expected one of", "gloo"]),
+        ({f"{_CKE}__backend": "nccl"}, ["checkpoint_engine.backend='nccl'", "trainer.device='cpu'", "backend=gloo"]),
+        ({f"{_CKE}__update_weights_bucket_megabytes": 0}, ["update_weights_bucket_megabytes=0", "positive"]),
     ],
 )
 def test_refused_with_key_value_and_fix(standalone, updates, expected):

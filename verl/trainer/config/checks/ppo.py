@@ -422,6 +422,7 @@ def _check_trainer(config, ctx: _Context) -> None:
     _positive_int(config, "trainer.critic_warmup", minimum=0)
     _choice(config, "trainer.console_format", ("compact", "full"))
     _positive_int(config, "trainer.max_consecutive_nonfinite", minimum=0)
+    _choice(config, "trainer.on_save_error", ("stop", "continue"))
     _check_watchdog(config)
     mode = _choice(config, "trainer.resume_mode", ("auto", "disable", "resume_path"))
     if mode == "resume_path":
