@@ -128,7 +128,7 @@ NOT_READ_HERE: dict[str, str] = {
     "reward_model.truncation": "re-templating for the RM's own tokenizer (" + _RM_TEMPLATE + ")",
     **{
         f"reward_model.{key}": _SERVED
-        for key in ("enable_resource_pool", "n_gpus_per_node", "nnodes", "rollout.*", "reward_combine.*")
+        for key in ("enable_resource_pool", "n_gpus_per_node", "nnodes", "rollout.*", "reward_combine.*", "judge.path")
     },
 }
 # read only by the vLLM run: excused (covered by tests/workers/rollout/test_vllm_*.py) where vllm is not installed

@@ -35,7 +35,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.mfu import PhaseMFU
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
 from verl.trainer.ppo.reward import PendingReward, compute_reward, reward_source_metrics, submit_reward
-from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts
+from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts, streams_trajectories
 from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
 from verl.trainer.ppo.weight_sync import WeightSync
@@ -302,11 +302,14 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------------ phases
     def _generate(self, batch: DataProto, timing_raw: dict) -> DataProto:
         """Sample ``rollout.n`` responses per prompt and merge them (interleaved) into the repeated batch; with the
-        reward loop (``reward_model.use_reward_loop``) each generated chunk is scored as it finishes."""
+        reward loop (``reward_model.use_reward_loop``) each trajectory (agent loops, vLLM) or generated chunk (HF) is
+        scored as it finishes."""
         reward_loop = self._reward_loop()
         if reward_loop is None:
             return self._generate_once(batch, timing_raw)
         rollout = self.ppo_config.actor_rollout_ref.rollout
+        if streams_trajectories(rollout):
+            return self._generate_once(batch, timing_raw, reward_loop)
         chunk = generation_chunk_prompts(rollout, self.rollout_wg.world_size, len(batch))
         return reward_loop.generate(batch, timing_raw, self._generate_once, chunk)
 
@@ -316,31 +319,50 @@ class RayPPOTrainer:
         if not self.ppo_config.reward_model.use_reward_loop or self.use_rm or self.reward_fn is None:
             return None
         if getattr(self, "_reward_loop_instance", None) is None:
-            self._reward_loop_instance = RewardLoop(self.reward_fn)
+            from verl.single_controller.inprocess import InProcessWorkerGroup
+
+            remote = not isinstance(self.rollout_wg, InProcessWorkerGroup)  # Ray workers reach it through a Ray queue
+            self._reward_loop_instance = RewardLoop(self.reward_fn, remote=remote)
         return self._reward_loop_instance
 
-    def _generate_once(self, batch: DataProto, timing_raw: dict) -> DataProto:
-        """`_generate` in one call to the rollout workers."""
+    def _generate_once(self, batch: DataProto, timing_raw: dict, stream: RewardLoop | None = None) -> DataProto:
+        """`_generate` in one call to the rollout workers; with ``stream`` the rollout hands each trajectory to that
+        reward loop as it finishes."""
         gen_batch = self._pop_generation_inputs(batch)
         gen_batch.meta_info["global_steps"] = self.global_steps
         self._sync_rollout_weights(timing_raw)
-        with marked_timer("gen", timing_raw):
-            gen_output = pop_worker_timing(self.rollout_wg.generate_sequences(gen_batch), timing_raw)
+        if stream is not None:
+            n = self.ppo_config.actor_rollout_ref.rollout.n
+            ids = stream.open_stream(batch, gen_batch, n, lambda p, g, out: self._merge_generation(p, g, out, 1))
+        try:
+            with marked_timer("gen", timing_raw):
+                gen_output = pop_worker_timing(self.rollout_wg.generate_sequences(gen_batch), timing_raw)
+        finally:
+            if stream is not None:
+                stream.close_stream(gen_batch)
         if self.ppo_config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing_raw):
                 batch.batch["reward_baselines"] = self._greedy_baseline(batch, gen_batch)
-        return self._merge_generation(batch, gen_batch, gen_output)
+        batch = self._merge_generation(batch, gen_batch, gen_output)
+        if stream is not None:
+            if len(ids) != len(batch):
+                raise RuntimeError(f"the rollout returned {len(batch)} rows for {len(ids)} expected trajectories")
+            batch.non_tensor_batch[ROW_KEY] = ids
+        return batch
 
-    def _merge_generation(self, batch: DataProto, gen_batch: DataProto, gen_output: DataProto) -> DataProto:
-        """The prompts' batch, repeated ``rollout.n`` times (interleaved), with ``gen_output`` (the responses to
-        ``gen_batch``, popped from it) and a ``uid`` per prompt."""
+    def _merge_generation(
+        self, batch: DataProto, gen_batch: DataProto, gen_output: DataProto, repeat: int | None = None
+    ) -> DataProto:
+        """The prompts' batch, repeated ``repeat`` (default ``rollout.n``) times (interleaved), with ``gen_output``
+        (the responses to ``gen_batch``, popped from it) and a ``uid`` per prompt."""
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         # per-prompt values the rollout did not hand back (the HF rollout returns tensors only) stay with the batch,
         # e.g. raw_prompt for a reward model that re-applies its own chat template
         for key, value in gen_batch.non_tensor_batch.items():
             if key not in gen_output.non_tensor_batch and key != "raw_prompt_ids":
                 batch.non_tensor_batch[key] = value
-        batch = batch.repeat(repeat_times=self.ppo_config.actor_rollout_ref.rollout.n, interleave=True)
+        n = self.ppo_config.actor_rollout_ref.rollout.n if repeat is None else repeat
+        batch = batch.repeat(repeat_times=n, interleave=True)
         batch = batch.union(gen_output)
         batch.batch["response_mask"] = compute_response_mask(batch)
         return batch
