@@ -32,9 +32,11 @@ from verl.workers.engine.fsdp.hf_forward import (
     optimizer_step,
     pack_padded_inputs,
     packed_forward_kwargs,
+    packed_response_positions,
     padded_forward,
     score_sequences,
     slice_for_sequence_parallel,
+    takes_logits_to_keep,
     trim_padding_columns,
     unpack_to_padded,
 )
@@ -267,7 +269,8 @@ class FSDPEngine(TrainingEngine):
                     sp, ids_rmpad, pos_rmpad, labels, multi_modal=bool(mm_kwargs)
                 )
                 dtype = next(module.parameters()).dtype
-                kwargs = packed_forward_kwargs(module, pos_rmpad, dtype)
+                kwargs = packed_forward_kwargs(module, pos_rmpad, dtype, sequence_parallel=sp > 1)
+                slots = None
                 if self.use_fused_kernels:
                     with fused_output_head(module, labels, temperature, calculate_entropy) as fused:
                         module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
@@ -275,16 +278,26 @@ class FSDPEngine(TrainingEngine):
                     if token_entropy is not None:
                         token_entropy = token_entropy.squeeze(0) if entropy_grad else token_entropy.squeeze(0).detach()
                 else:
+                    if sp == 1 and takes_logits_to_keep(module):
+                        # only the positions that predict a response token go through the lm-head and the softmax
+                        # (the padded path's logits_to_keep): the prompts' other positions are never read
+                        read, slots = packed_response_positions(valid, response_length)
+                        kwargs["logits_to_keep"] = read
+                        labels = labels[:, read]
                     logits = module(input_ids=ids_rmpad, **kwargs, **mm_kwargs).logits.squeeze(0)
                     logits.div_(temperature)
                     log_probs, token_entropy = self._log_probs_and_entropy(
                         logits, labels.squeeze(0), calculate_entropy, entropy_grad
                     )
-                log_probs = unpack_to_padded(gather_sequence_parallel(log_probs, sp, sp_pad), valid)
-                log_probs = log_probs[:, -response_length - 1 : -1]
-                if calculate_entropy:
-                    entropy = gather_sequence_parallel(token_entropy, sp, sp_pad)
-                    entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
+                if slots is not None:  # (bs, response_length)
+                    log_probs = unpack_to_padded(log_probs, slots)
+                    entropy = unpack_to_padded(token_entropy, slots) if calculate_entropy else None
+                else:
+                    log_probs = unpack_to_padded(gather_sequence_parallel(log_probs, sp, sp_pad), valid)
+                    log_probs = log_probs[:, -response_length - 1 : -1]
+                    if calculate_entropy:
+                        entropy = gather_sequence_parallel(token_entropy, sp, sp_pad)
+                        entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
             elif self.use_fused_kernels:
                 entropy, log_probs = self._fused_padded_forward(
                     micro_batch, mm_kwargs, temperature, calculate_entropy, entropy_grad
@@ -364,7 +377,7 @@ class FSDPEngine(TrainingEngine):
                     sp, ids_rmpad, pos_rmpad, multi_modal=bool(mm_kwargs)
                 )
                 dtype = next(module.parameters()).dtype
-                kwargs = packed_forward_kwargs(module, pos_rmpad, dtype)
+                kwargs = packed_forward_kwargs(module, pos_rmpad, dtype, sequence_parallel=sp > 1)
                 output = module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
                 values_rmpad = self._values_from_output(output).reshape(-1)  # (nnz / sp,)
                 values = unpack_to_padded(gather_sequence_parallel(values_rmpad, sp, sp_pad), valid)
