@@ -22,6 +22,7 @@ import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.utils.dataset.vision_utils import merge_multi_modal_inputs
 from verl.utils.device import release_freed_host_memory
+from verl.utils.fsdp_utils import FSDP2Accumulation, fsdp2_full_params, fsdp_version
 from verl.workers.engine.base import LossFn, TrainingEngine
 from verl.workers.engine.fsdp.cpu_attention import training_attention
 from verl.workers.engine.fsdp.fused_head import check_fusable_head, fused_output_head
@@ -73,6 +74,11 @@ def _release_host_memory(device: torch.device) -> None:
     batch 4 x 282 tokens) the update's peak fell by 0.5 GB per process, at the same speed."""
     if device.type == "cpu":
         release_freed_host_memory()
+
+
+def _sharded_across_ranks(module: nn.Module) -> bool:
+    """Whether ``module`` is FSDP2-sharded over more than one rank."""
+    return dist.is_initialized() and dist.get_world_size() > 1 and fsdp_version(module) == 2
 
 
 def _shallow_copy(data: DataProto) -> DataProto:
@@ -139,6 +145,18 @@ class FSDPEngine(TrainingEngine):
         else:
             self._entropy_fn = verl_F.entropy_from_logits
         self.device = compute_device()
+        # Ranks on one CPU host talk over gloo and loopback TCP, where FSDP2's per-micro-batch all-gathers and
+        # reduce-scatters are a large share of an update (FSDP2Accumulation): there, gather once per mini batch
+        # (and once per log-prob pass) instead. Accelerators keep FSDP's per-layer memory bound.
+        self._few_collectives = self.device.type == "cpu" and _sharded_across_ranks(module)
+        self._accumulation = FSDP2Accumulation(module) if self._few_collectives and optimizer is not None else None
+        self._micro_batches_left = 0
+        if self._few_collectives:
+            logger.info(
+                "FSDP2 on CPU over %d ranks: parameters are gathered once per mini batch and per log-prob pass, "
+                "gradients reduced once per mini batch (not per micro batch)",
+                dist.get_world_size(),
+            )
 
     # ------------------------------------------------------------------------------------------------ building
     @classmethod
@@ -438,6 +456,12 @@ class FSDPEngine(TrainingEngine):
         )
         calculate_entropy = self.kind == "policy" and meta.get("calculate_entropy", False)
         results: dict[str, list[torch.Tensor]] = {}
+        # every rank decides alike (entering is a collective), whatever its number of micro batches
+        with fsdp2_full_params(self._module) if self._few_collectives else contextlib.nullcontext():
+            self._infer_micro_batches(micro_batches, meta, calculate_entropy, results)
+        return {key: restore_order(torch.cat(values, dim=0), partitions) for key, values in results.items()}
+
+    def _infer_micro_batches(self, micro_batches, meta: dict, calculate_entropy: bool, results: dict) -> None:
         for micro_batch in micro_batches:
             micro_batch = to_device(micro_batch, self.device)
             with torch.no_grad():
@@ -453,7 +477,6 @@ class FSDPEngine(TrainingEngine):
                     results.setdefault(key, []).append(value)
             if self.kind == "policy":
                 _release_host_memory(self.device)
-        return {key: restore_order(torch.cat(values, dim=0), partitions) for key, values in results.items()}
 
     @contextlib.contextmanager
     def training(self, data: DataProto) -> Iterator[DataProto]:
@@ -475,13 +498,21 @@ class FSDPEngine(TrainingEngine):
         micro_batches, _ = make_micro_batches(
             data, list(data.batch.keys()), micro_batch_size, use_dynamic_bsz, max_token_len
         )
+        if self._accumulation is not None:  # the mini batch's forward_backward calls follow, one per micro batch
+            self._accumulation.finish()
+            self._micro_batches_left = len(micro_batches)
         return micro_batches
 
     def forward_backward(self, micro_batch: dict, loss_fn: LossFn, **forward_kwargs) -> dict[str, float]:
+        if self._micro_batches_left > 0:
+            self._micro_batches_left -= 1
+            self._accumulation.micro_batch(last=self._micro_batches_left == 0)
         micro_batch = to_device(micro_batch, self.device)
         loss, metrics = loss_fn(self._forward(micro_batch, **forward_kwargs), micro_batch)
         _release_host_memory(self.device)  # the forward's freed temporaries, before the backward's
         loss.backward()
+        if self._accumulation is not None and self._micro_batches_left == 0:
+            self._accumulation.finish()
         _release_host_memory(self.device)
         return metrics
 
