@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(__file__))
@@ -24,7 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from bench_packed import SIZES, actor_config, emit, rollout_batch  # noqa: E402
+from bench_packed import SIZES, actor_config, add_batch_arguments, emit_ratios, rollout_batch, time_phases  # noqa: E402
 
 WORLD = 2
 
@@ -51,41 +49,20 @@ def _rank(rank: int, args, path: str, port: int) -> None:
     data = data.chunk(WORLD)[rank]
     data.meta_info.update(micro_batch_size=args.micro, use_dynamic_bsz=False, temperature=1.0)
     times: dict[tuple[str, str, str], list[float]] = {}
-    for round_index in range(args.rounds + 1):
+    for round_index in range(args.rounds + 1):  # round 0 warms up
         for mode in ("default", "few"):
             engine._few_collectives = mode == "few"
             engine._accumulation = FSDP2Accumulation(engine.module) if mode == "few" else None
-            dist.barrier()
-            start = (time.perf_counter(), time.process_time())
-            actor.compute_log_prob(data)
-            dist.barrier()
-            mid = (time.perf_counter(), time.process_time())
-            actor.update_policy(data)
-            dist.barrier()
-            end = (time.perf_counter(), time.process_time())
-            for clock in (0, 1) if round_index else ():
-                name = ("wall", "cpu")[clock]
-                times.setdefault((mode, "log_prob", name), []).append(mid[clock] - start[clock])
-                times.setdefault((mode, "update", name), []).append(end[clock] - mid[clock])
+            time_phases(actor, data, times if round_index else None, mode, sync=dist.barrier)
     if rank == 0:
         common = {"size": args.size, "rows": args.rows, "micro": args.micro, "ranks": WORLD, "threads_per_rank": 1}
-        for phase in ("log_prob", "update"):
-            for clock in ("wall", "cpu"):
-                default = statistics.median(times[("default", phase, clock)])
-                few = statistics.median(times[("few", phase, clock)])
-                emit(f"{phase}_s", {"default": round(default, 3), "few": round(few, 3)}, clock=clock, **common)
-                emit(f"{phase}_ratio_default_over_few", round(default / few, 3), clock=clock, **common)
+        emit_ratios(times, "default", "few", **common)
     dist.destroy_process_group()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--size", choices=sorted(SIZES), default="25m")
-    parser.add_argument("--rows", type=int, default=32)
-    parser.add_argument("--micro", type=int, default=8)
-    parser.add_argument("--prompt", type=int, default=32)
-    parser.add_argument("--response", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_batch_arguments(parser)
     parser.add_argument("--port", type=int, default=29561)
     args = parser.parse_args()
     from verl.demo.tiny_model import make_tiny_model_dir

@@ -26,22 +26,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_vs_trl import SIZES as TRL_SIZES  # noqa: E402
+
 from verl.protocol import DataProto  # noqa: E402
 from verl.utils.model import compute_position_id_with_mask  # noqa: E402
 
+# the 25m and 135m shapes of bench_vs_trl.py, and a tiny one for a quick look
 SIZES = {
     "tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 256},
-    "25m": {"hidden_size": 512, "num_layers": 8, "num_heads": 8, "num_kv_heads": 4, "intermediate_size": 1536},
-    "135m": {
-        "model_type": "llama",
-        "hidden_size": 576,
-        "num_layers": 30,
-        "num_heads": 9,
-        "num_kv_heads": 3,
-        "intermediate_size": 1536,
-        "vocab_size": 49152,
-        "tie_word_embeddings": True,
-    },
+    **TRL_SIZES,
 }
 
 
@@ -96,14 +90,46 @@ def actor_config(rows: int, micro: int, packed: bool):
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model size, the rows and the rounds, as both CPU benchmarks of the actor take them."""
     parser.add_argument("--size", choices=sorted(SIZES), default="25m")
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--response", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+
+
+def time_phases(actor, data: DataProto, times: dict | None, mode: str, sync=lambda: None) -> torch.Tensor:
+    """Run ``actor``'s log-prob pass and one update on ``data``; add their wall and CPU seconds to ``times`` under
+    ``(mode, phase, clock)`` (None: a warm-up). ``sync`` runs before each reading. Returns the log-probs."""
+    sync()
+    start = (time.perf_counter(), time.process_time())
+    log_probs, _ = actor.compute_log_prob(data)
+    sync()
+    mid = (time.perf_counter(), time.process_time())
+    actor.update_policy(data)
+    sync()
+    end = (time.perf_counter(), time.process_time())
+    for clock, name in enumerate(("wall", "cpu") if times is not None else ()):
+        times.setdefault((mode, "log_prob", name), []).append(mid[clock] - start[clock])
+        times.setdefault((mode, "update", name), []).append(end[clock] - mid[clock])
+    return log_probs
+
+
+def emit_ratios(times: dict, baseline: str, other: str, **fields) -> None:
+    """Medians of each phase and clock for both modes, and the ratio ``baseline / other``."""
+    for phase in ("log_prob", "update"):
+        for clock in ("wall", "cpu"):
+            base = statistics.median(times[(baseline, phase, clock)])
+            new = statistics.median(times[(other, phase, clock)])
+            emit(f"{phase}_s", {baseline: round(base, 3), other: round(new, 3)}, clock=clock, **fields)
+            emit(f"{phase}_ratio_{baseline}_over_{other}", round(base / new, 3), clock=clock, **fields)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_batch_arguments(parser)
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--no-grad-ckpt", action="store_true", help="gradient checkpointing is on by default")
     parser.add_argument("--batches", default="full,varied")
@@ -140,29 +166,14 @@ def main() -> None:
         times: dict[tuple[str, str, str], list[float]] = {}
         for round_index in range(args.rounds + 1):  # round 0 warms up
             for name, actor in actors.items():
-                start = (time.perf_counter(), time.process_time())
-                log_probs, _ = actor.compute_log_prob(data)
-                mid = (time.perf_counter(), time.process_time())
-                actor.update_policy(data)
-                end = (time.perf_counter(), time.process_time())
-                for clock in (0, 1) if round_index else ():
-                    clock_name = ("wall", "cpu")[clock]
-                    times.setdefault((name, "log_prob", clock_name), []).append(mid[clock] - start[clock])
-                    times.setdefault((name, "update", clock_name), []).append(end[clock] - mid[clock])
+                log_probs = time_phases(actor, data, times if round_index else None, name)
                 if name == "padded":
                     reference = log_probs
-                else:
+                elif round_index == 0:
                     response_mask = data.batch["response_mask"].bool()
                     diff = (reference - log_probs)[response_mask].abs().max().item()
-                    if round_index == 0:
-                        emit("log_prob_max_abs_diff", diff, batch=kind, **common)
-        for phase in ("log_prob", "update"):
-            for clock in ("wall", "cpu"):
-                padded = statistics.median(times[("padded", phase, clock)])
-                packed = statistics.median(times[("packed", phase, clock)])
-                fields = {"batch": kind, "clock": clock, **common}
-                emit(f"{phase}_s", {"padded": round(padded, 3), "packed": round(packed, 3)}, **fields)
-                emit(f"{phase}_ratio_padded_over_packed", round(padded / packed, 3), **fields)
+                    emit("log_prob_max_abs_diff", diff, batch=kind, **common)
+        emit_ratios(times, "padded", "packed", batch=kind, **common)
 
 
 if __name__ == "__main__":
