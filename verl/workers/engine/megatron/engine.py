@@ -18,6 +18,7 @@ shards, as the FSDP engine's (same schedule, same settings).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 
@@ -47,6 +48,20 @@ def _pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:
     return values if missing == 0 else nn.functional.pad(values, (0, missing))
 
 
+def _in_layout(method):
+    """Run an engine method inside the engine's megatron-core layout (its tensor x pipeline groups): roles of one
+    process may use different parallel sizes (:mod:`verl.workers.engine.megatron.parallel`)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        from verl.workers.engine.megatron.parallel import model_parallel_layout
+
+        with model_parallel_layout(self.layout):
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 def _section_flag(section, name: str, default: bool) -> bool:
     """A role section's plain key (``load_weight``), read from its typed fields or its extra keys."""
     if hasattr(section, name):
@@ -74,11 +89,13 @@ class MegatronEngine(TrainingEngine):
     ):
         from megatron.core import parallel_state
 
+        from verl.workers.engine.megatron.parallel import active_layout
         from verl.workers.engine.megatron.pipeline import StageRunner
 
         if kind not in ("policy", "value", "score"):
             raise ValueError(f"kind={kind!r}: expected 'policy', 'value' or 'score'")
         self.kind = kind
+        self.layout = active_layout()  # the groups the model was built with; every call runs in them
         self._module = model
         self.hf_config = hf_config
         self.optimizer = optimizer
@@ -259,6 +276,7 @@ class MegatronEngine(TrainingEngine):
         return result
 
     # ------------------------------------------------------------------------------------------ the interface
+    @_in_layout
     def infer(self, data: DataProto) -> dict[str, torch.Tensor]:
         meta = data.meta_info
         data = self._gather_model_parallel(data)
@@ -309,8 +327,12 @@ class MegatronEngine(TrainingEngine):
 
     @contextlib.contextmanager
     def training(self, data: DataProto) -> Iterator[DataProto]:
+        from verl.workers.engine.megatron.parallel import model_parallel_layout
+
         self._module.train()
-        yield self._gather_model_parallel(data)
+        with model_parallel_layout(self.layout):
+            data = self._gather_model_parallel(data)
+        yield data
 
     def micro_batches(
         self, data: DataProto, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None
@@ -320,6 +342,7 @@ class MegatronEngine(TrainingEngine):
         )
         return micro_batches
 
+    @_in_layout
     def forward_backward(self, micro_batch: dict, loss_fn: LossFn, **forward_kwargs) -> dict[str, float]:
         from verl.workers.engine.megatron.cpu_shims import cpu_current_device
 
@@ -385,6 +408,7 @@ class MegatronEngine(TrainingEngine):
             dist.all_reduce(squares, group=self.mp_group)
         return squares.sqrt()
 
+    @_in_layout
     def optimizer_step(self) -> torch.Tensor:
         if self.grad_clip is None:
             raise ValueError("grad_clip is None: set actor.grad_clip / critic.grad_clip (verl's default is 1.0)")
@@ -415,9 +439,17 @@ class MegatronEngine(TrainingEngine):
     def hf_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """The current weights as full HF-named tensors, layer by layer (collective: every rank iterates to the end;
         see :func:`verl.workers.engine.megatron.weights.iter_hf_weights`); ``dtype``: cast to it on the way."""
+        from verl.workers.engine.megatron.parallel import model_parallel_layout
         from verl.workers.engine.megatron.weights import iter_hf_weights
 
-        return iter_hf_weights(self._module, self.hf_config, dtype)
+        # each step of the stream runs in this engine's layout (the consumer may run other roles in between)
+        stream = iter_hf_weights(self._module, self.hf_config, dtype)
+        while True:
+            with model_parallel_layout(self.layout):
+                item = next(stream, None)
+            if item is None:
+                return
+            yield item
 
     def hf_rollout_module(self) -> tuple[nn.Module, BaseShardingManager]:
         from verl.workers.engine.megatron.handoff import HFModelHandoff, empty_hf_model
@@ -427,6 +459,7 @@ class MegatronEngine(TrainingEngine):
             self._hf_rollout = model, HFModelHandoff(self, model)
         return self._hf_rollout
 
+    @_in_layout
     def rollout_weight_handoff(self, rollout, hf_config, rollout_config, device_mesh):
         from verl.workers.engine.megatron.handoff import vllm_handoff
 
@@ -440,8 +473,10 @@ class MegatronEngine(TrainingEngine):
             self._checkpoint_manager = MegatronCheckpointManager(self, self.checkpoint_config)
         return self._checkpoint_manager
 
+    @_in_layout
     def save_checkpoint(self, local_path: str, hdfs_path=None, global_step: int = 0, max_ckpt_to_keep=None) -> None:
         self._checkpointer().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
 
+    @_in_layout
     def load_checkpoint(self, local_path: str, hdfs_path=None, del_local_after_load: bool = False) -> None:
         self._checkpointer().load_checkpoint(local_path, hdfs_path, del_local_after_load)
