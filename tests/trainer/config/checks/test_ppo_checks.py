@@ -596,13 +596,11 @@ def _megatron_grpo(base_cfg, **updates):
 
 
 def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
-    """A critic-free estimator needs no Megatron critic. ppo_megatron_trainer.yaml's sequence_parallel and
-    use_distributed_optimizer change nothing at tp=1 and one data-parallel replica, so they pass there; with two
-    replicas the distributed optimizer must be switched off, and tp=2 then needs sequence_parallel=False."""
+    """A critic-free estimator needs no Megatron critic. ppo_megatron_trainer.yaml's defaults pass at one or two
+    data-parallel replicas (the distributed optimizer included); tp=2 needs sequence_parallel=False."""
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     check_ppo_config(_megatron_grpo(base_cfg, trainer__n_gpus_per_node=1))
-    no_dist_opt = {"actor_rollout_ref__actor__megatron__use_distributed_optimizer": False}
-    check_ppo_config(_megatron_grpo(base_cfg, **no_dist_opt))
+    check_ppo_config(_megatron_grpo(base_cfg))
     check_ppo_config(
         _megatron_grpo(
             base_cfg,
@@ -629,7 +627,6 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
             "actor_rollout_ref.actor.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
         ),
-        ({}, "actor_rollout_ref.actor.megatron.use_distributed_optimizer=True with 2 data-parallel replicas"),
         (
             {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},
             "actor_rollout_ref.actor.megatron.context_parallel_size=2",
@@ -646,7 +643,7 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
         ),
     ],
     ids=[
-        *("critic-sp", "rm-offload", "sp", "dist-opt", "cp"),
+        *("critic-sp", "rm-offload", "sp", "cp"),
         *("offload", "cuda", "ulysses", "layers"),
     ],
 )

@@ -12,7 +12,9 @@ Gradients: tensor parallelism is megatron-core's own (its layers reduce across t
 across data-parallel replicas the engine averages the gradients with one all-reduce per update, and with tied
 embeddings over pipeline stages it sums the two copies' gradients (first and last stage). Clipping uses the global
 norm over all shards, each tensor-parallel duplicate counted once. The optimizer is torch's AdamW on this rank's
-shards, as the FSDP engine's (same schedule, same settings).
+shards, as the FSDP engine's (same schedule, same settings); with ``use_distributed_optimizer`` its state is further
+split over the data-parallel replicas (:mod:`verl.workers.engine.megatron.distributed_optimizer`: the gradients
+reduce-scattered into each rank's slice instead of all-reduced, the slices all-gathered after the step).
 """
 
 from __future__ import annotations
@@ -62,6 +64,26 @@ def _in_layout(method):
     return wrapper
 
 
+def _counted_in_norm(param: nn.Parameter, tp_rank: int) -> bool:
+    """Whether ``param``'s gradient enters the global norm on this rank: each tensor-parallel duplicate on tp rank 0
+    only, the last stage's copy of a tied embedding (``shared``) not at all."""
+    if getattr(param, "shared", False):
+        return False
+    return bool(getattr(param, "tensor_model_parallel", False)) or tp_rank == 0
+
+
+def _sharded_flat_params(model: nn.Module):
+    """``use_distributed_optimizer``: this data-parallel rank's slice of ``model``'s trainable parameters."""
+    from megatron.core import parallel_state
+
+    from verl.workers.engine.megatron.distributed_optimizer import ShardedFlatParams
+
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    params = [p for p in model.parameters() if p.requires_grad]
+    counted = [_counted_in_norm(p, tp_rank) for p in params]
+    return ShardedFlatParams(params, counted, parallel_state.get_data_parallel_group())
+
+
 def _section_flag(section, name: str, default: bool) -> bool:
     """A role section's plain key (``load_weight``), read from its typed fields or its extra keys."""
     if hasattr(section, name):
@@ -86,6 +108,7 @@ class MegatronEngine(TrainingEngine):
         grad_clip: float | None = None,
         checkpoint_config=None,
         processing_class=None,
+        sharded_params=None,
     ):
         from megatron.core import parallel_state
 
@@ -103,6 +126,7 @@ class MegatronEngine(TrainingEngine):
         self.grad_clip = grad_clip
         self.checkpoint_config = checkpoint_config
         self.processing_class = processing_class
+        self.sharded_params = sharded_params  # use_distributed_optimizer: the optimizer steps this rank's slice
         self.dtype = model.config.params_dtype
         self.stages = StageRunner(model, hf_config.hidden_size, self.dtype)
         self.mp_group = parallel_state.get_model_parallel_group()
@@ -160,8 +184,11 @@ class MegatronEngine(TrainingEngine):
         )
         if _section_flag(section, "load_weight", True):
             load_hf_weights(model, files.hf_config, files.local_path)
-        optimizer = lr_scheduler = None
-        if trainable:
+        optimizer = lr_scheduler = sharded = None
+        if trainable and settings.use_distributed_optimizer:
+            sharded = _sharded_flat_params(model)
+            optimizer, lr_scheduler = build_optimizer(nn.ParameterList([sharded.master]), train_section.optim)
+        elif trainable:
             optimizer, lr_scheduler = build_optimizer(model, train_section.optim)
         else:
             model.requires_grad_(False)
@@ -174,6 +201,7 @@ class MegatronEngine(TrainingEngine):
             grad_clip=train_section.grad_clip if trainable else None,
             checkpoint_config=train_section.checkpoint if trainable else None,
             processing_class=processing_class,
+            sharded_params=sharded,
         )
 
     @property
@@ -372,13 +400,16 @@ class MegatronEngine(TrainingEngine):
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad()
+        if self.sharded_params is not None:
+            self._module.zero_grad(set_to_none=True)
 
     def _reduce_gradients(self) -> None:
-        """Average the gradients over data-parallel replicas; sum the tied embedding's two copies' gradients."""
+        """Average the gradients over data-parallel replicas (into this rank's slice with the distributed optimizer);
+        sum the tied embedding's two copies' gradients."""
         from megatron.core import parallel_state
 
         params = [p for p in self._module.parameters() if p.requires_grad and p.grad is not None]
-        if self.dp_size > 1 and params:
+        if self.sharded_params is None and self.dp_size > 1 and params:
             flat = torch._utils._flatten_dense_tensors([p.grad for p in params])
             dist.all_reduce(flat, group=self.dp_group)
             flat /= self.dp_size
@@ -391,6 +422,8 @@ class MegatronEngine(TrainingEngine):
             if weight.grad is None:
                 weight.grad = torch.zeros_like(weight)
             dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
+        if self.sharded_params is not None:
+            self.sharded_params.reduce_gradients()
 
     def _grad_norm(self) -> torch.Tensor:
         """The global gradient norm: every shard once (tensor-parallel duplicates on tp rank 0 only, the last stage's
@@ -399,11 +432,14 @@ class MegatronEngine(TrainingEngine):
 
         tp_rank = parallel_state.get_tensor_model_parallel_rank()
         squares = torch.zeros((), dtype=torch.float32)
-        for p in self._module.parameters():
-            if p.grad is None or getattr(p, "shared", False):
-                continue
-            if getattr(p, "tensor_model_parallel", False) or tp_rank == 0:
-                squares += p.grad.detach().float().pow(2).sum()
+        if self.sharded_params is not None:  # this rank's slice; the other replicas hold the rest
+            squares += self.sharded_params.grad_squares()
+            if self.dp_size > 1:
+                dist.all_reduce(squares, group=self.dp_group)
+        else:
+            for p in self._module.parameters():
+                if p.grad is not None and _counted_in_norm(p, tp_rank):
+                    squares += p.grad.detach().float().pow(2).sum()
         if self.mp_size > 1:
             dist.all_reduce(squares, group=self.mp_group)
         return squares.sqrt()
@@ -416,14 +452,16 @@ class MegatronEngine(TrainingEngine):
         grad_norm = self._grad_norm()
         if not torch.isfinite(grad_norm):
             logger.warning("grad_norm is not finite (%s): skipping this optimizer step", grad_norm.item())
-            self.optimizer.zero_grad()
+            self.zero_grad()
             return grad_norm
         coefficient = self.grad_clip / (grad_norm + 1e-6)
         if coefficient < 1:
-            for p in self._module.parameters():
+            for p in self._module.parameters() if self.sharded_params is None else [self.sharded_params.master]:
                 if p.grad is not None:
                     p.grad.mul_(coefficient)
         self.optimizer.step()
+        if self.sharded_params is not None:
+            self.sharded_params.gather_parameters()
         return grad_norm
 
     def lr(self) -> float:
@@ -480,3 +518,5 @@ class MegatronEngine(TrainingEngine):
     @_in_layout
     def load_checkpoint(self, local_path: str, hdfs_path=None, del_local_after_load: bool = False) -> None:
         self._checkpointer().load_checkpoint(local_path, hdfs_path, del_local_after_load)
+        if self.sharded_params is not None:
+            self.sharded_params.refresh_master()

@@ -50,13 +50,6 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
             "(torch norms, no TransformerEngine) cannot split sequences, and gloo has no reduce-scatter; set "
             f"{key}.sequence_parallel=False"
         )
-    dp = world_size // max(tp * pp, 1)
-    if trainable and settings.use_distributed_optimizer and dp > 1:
-        problems.append(
-            f"{key}.use_distributed_optimizer=True with {dp} data-parallel replicas: this engine keeps a full "
-            "optimizer per replica (sharding its state needs reduce-scatter, which gloo lacks); set "
-            f"{key}.use_distributed_optimizer=False"
-        )
     offloads = ("param_offload", "grad_offload", "optimizer_offload") if trainable else ("param_offload",)
     for name in (*offloads, "use_dist_checkpointing"):
         if getattr(settings, name):
