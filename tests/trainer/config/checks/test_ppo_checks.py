@@ -601,6 +601,9 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     check_ppo_config(_megatron_grpo(base_cfg, trainer__n_gpus_per_node=1))
     check_ppo_config(_megatron_grpo(base_cfg))
+    # the engine keeps model, gradients and optimizer state in host memory on CPU: the offloads hold as they are
+    offloads = ("param_offload", "grad_offload", "optimizer_offload")
+    check_ppo_config(_megatron_grpo(base_cfg, **{f"actor_rollout_ref__actor__megatron__{k}": True for k in offloads}))
     check_ppo_config(
         _megatron_grpo(
             base_cfg,
@@ -620,8 +623,8 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "critic.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
         ),
         (
-            {"reward_model__enable": True, "reward_model__megatron__param_offload": True},
-            "reward_model.megatron.param_offload=True is not implemented",
+            {"reward_model__enable": True, "reward_model__megatron__use_dist_checkpointing": True},
+            "reward_model.megatron.use_dist_checkpointing=True (start from a Megatron distributed checkpoint",
         ),
         (
             {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
@@ -631,7 +634,6 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},
             "actor_rollout_ref.actor.megatron.context_parallel_size=2",
         ),
-        ({"actor_rollout_ref__actor__megatron__param_offload": True}, "megatron.param_offload=True"),
         ({"trainer__device": "cuda"}, "trainer.device='cuda' with actor_rollout_ref.actor.strategy=megatron"),
         ({"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2}, "Ulysses is the FSDP engine's"),
         (
@@ -643,8 +645,8 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
         ),
     ],
     ids=[
-        *("critic-sp", "rm-offload", "sp", "cp"),
-        *("offload", "cuda", "ulysses", "layers"),
+        *("critic-sp", "rm-dist-ckpt", "sp", "cp"),
+        *("cuda", "ulysses", "layers"),
     ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):

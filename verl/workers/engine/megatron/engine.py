@@ -471,7 +471,10 @@ class MegatronEngine(TrainingEngine):
         self.lr_scheduler.step()
 
     def resident(self, with_optimizer: bool = False):
-        return contextlib.nullcontext()  # offloading is refused by check_megatron_settings
+        # param_offload / grad_offload / optimizer_offload ask for host memory between calls: the engine keeps the
+        # model, its gradients and the optimizer state there for good (self.device is the CPU; the config check
+        # refuses another trainer.device), so there is nothing to load or offload around a call
+        return contextlib.nullcontext()
 
     # ------------------------------------------------------------------------------------------ weight hand-off
     def hf_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
