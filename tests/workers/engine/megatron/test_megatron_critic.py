@@ -121,18 +121,6 @@ def _run(rank: int, models: dict, tp: int, pp: int, out: str, ckpt: str):
         torch.save({"fsdp": baseline, "megatron": megatron}, out)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from verl.demo.tiny_model import make_tiny_model_dir
-
-    root = tmp_path_factory.mktemp("megatron_critic")
-    return {
-        "actor": make_tiny_model_dir(str(root / "actor")),
-        "critic": make_tiny_model_dir(str(root / "critic"), head="token_classification", seed=1),
-        "rm": make_tiny_model_dir(str(root / "rm"), head="sequence_classification", seed=2),
-    }
-
-
 @pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)], ids=["tp2", "pp2"])
 def test_megatron_critic_and_rm_equal_fsdp(models, tmp_path, tp, pp):
     out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "critic")

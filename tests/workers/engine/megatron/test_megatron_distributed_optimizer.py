@@ -93,17 +93,6 @@ def _run(rank: int, models: dict, out: str, ckpt: str):
         torch.save(results, out)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from verl.demo.tiny_model import make_tiny_model_dir
-
-    root = tmp_path_factory.mktemp("megatron_dist_opt")
-    return {
-        "actor": make_tiny_model_dir(str(root / "actor")),
-        "critic": make_tiny_model_dir(str(root / "critic"), head="token_classification", seed=1),
-    }
-
-
 def test_distributed_optimizer_equals_the_unsharded_one(models, tmp_path):
     out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "critic")
     spawn_gloo_ranks(_run, WORLD, models, out, ckpt)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e .[megatron])")
 
 from tests.gloo_ranks import spawn_gloo_ranks  # noqa: E402
-from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN, rollout_batch  # noqa: E402
+from tests.workers.engine.megatron.test_megatron_critic import _collect  # noqa: E402
+from tests.workers.engine.megatron.test_megatron_critic import _critic_batch as _batch  # noqa: E402
+from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN  # noqa: E402
 
 WORLD = 2
 SIZES = {"actor": (2, 1), "critic": (1, 2), "reward_model": (1, 1)}  # (tensor, pipeline) per Megatron role
@@ -58,18 +59,6 @@ def _config(models: dict, megatron: bool):
     return compose_config(overrides, "ppo_megatron_trainer" if megatron else "ppo_trainer")
 
 
-def _collect(part: torch.Tensor) -> torch.Tensor:
-    parts = [None] * WORLD
-    dist.all_gather_object(parts, part)
-    return torch.cat(parts)
-
-
-def _batch():
-    full = rollout_batch(vocab=200, seed=5)
-    full.batch["returns"] = torch.randn(full.batch["responses"].shape, generator=torch.Generator().manual_seed(7))
-    return full
-
-
 def _workers(config):
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
     from verl.workers.roles.critic import CriticWorker
@@ -101,18 +90,6 @@ def _run(rank: int, models: dict, out: str):
         result["log_probs_again"] = _collect(actor.compute_log_prob(shard).batch["old_log_probs"])
     if rank == 0:
         torch.save(results, out)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from verl.demo.tiny_model import make_tiny_model_dir
-
-    root = tmp_path_factory.mktemp("megatron_layouts")
-    return {
-        "actor": make_tiny_model_dir(str(root / "actor")),
-        "critic": make_tiny_model_dir(str(root / "critic"), head="token_classification", seed=1),
-        "rm": make_tiny_model_dir(str(root / "rm"), head="sequence_classification", seed=2),
-    }
 
 
 def test_roles_at_their_own_parallel_sizes_equal_fsdp(models, tmp_path):
