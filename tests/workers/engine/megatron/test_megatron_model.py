@@ -40,7 +40,12 @@ def _compare_with_transformers(rank: int, path: str, tp: int, out_dir: str) -> N
     from verl.utils.torch_functional import logprobs_from_logits
     from verl.workers.engine.megatron.model import build_gpt_model, gpt_logits, transformer_config
     from verl.workers.engine.megatron.parallel import init_model_parallel
-    from verl.workers.engine.megatron.weights import HFCheckpointReader, iter_hf_weights, load_hf_weights
+    from verl.workers.engine.megatron.weights import (
+        HFCheckpointReader,
+        iter_hf_weights,
+        load_hf_weights,
+        merge_stage_shards,
+    )
 
     init_model_parallel(tp, 1, seed=1)
     hf_config = AutoConfig.from_pretrained(path)
@@ -61,7 +66,12 @@ def _compare_with_transformers(rank: int, path: str, tp: int, out_dir: str) -> N
     for name, tensor in iter_hf_weights(model, hf_config):
         names.append(name)
         exact = exact and torch.equal(tensor, reader.get(name))
+    # the model merger's path: every tensor-parallel rank's state dict merged without a process group
+    shards = [None] * tp
+    torch.distributed.all_gather_object(shards, model.state_dict())
+    merged = merge_stage_shards(shards, hf_config, layer_offset=0)
     result = {
+        "merged_exact": set(merged) == set(names) and all(torch.equal(t, reader.get(n)) for n, t in merged.items()),
         "logits": (logits - expected)[valid].abs().max().item(),
         "log_probs": (log_probs - expected_log_probs)[response_valid].abs().max().item(),
         "names": names,
@@ -71,8 +81,8 @@ def _compare_with_transformers(rank: int, path: str, tp: int, out_dir: str) -> N
         json.dump(result, f)
 
 
-def _run(tmp_path, tp: int, **model_kwargs) -> list[dict]:
-    path = make_tiny_model_dir(str(tmp_path / "model"), **model_kwargs)
+def _run(tmp_path, tp: int, path: str | None = None, **model_kwargs) -> list[dict]:
+    path = path or make_tiny_model_dir(str(tmp_path / "model"), **model_kwargs)
     spawn_gloo_ranks(_compare_with_transformers, tp, path, tp, str(tmp_path))
     from safetensors import safe_open
 
@@ -82,6 +92,7 @@ def _run(tmp_path, tp: int, **model_kwargs) -> list[dict]:
     for result in results:
         assert result["logits"] < TOLERANCE and result["log_probs"] < TOLERANCE, result
         assert result["exact"] and set(result["names"]) == hf_names  # every HF tensor, none other, bit for bit
+        assert result["merged_exact"], result
     return results
 
 
@@ -93,6 +104,24 @@ def test_qwen2_tp2_tied_embeddings_equals_transformers_and_gathers_exactly(tmp_p
     # vocabulary 259: padded to 260 for two vocabulary shards, the padding cut from the logits
     results = _run(tmp_path, tp=2, model_type="qwen2", tie_word_embeddings=True)
     assert results[0]["names"] == results[1]["names"]  # the same sequence on every rank
+
+
+def test_qwen3_qk_norm_tp2_equals_transformers_and_round_trips(tmp_path):
+    """Qwen3: per-head query and key RMSNorms before rope (drawn away from ones here, q and k apart, so a swap or a
+    missed norm shows), an explicit head_dim (64) other than hidden / heads (16), tied embeddings."""
+    from safetensors.torch import load_file, save_file
+
+    path = make_tiny_model_dir(str(tmp_path / "model"), family="qwen3")
+    weights_file = os.path.join(path, "model.safetensors")
+    state = load_file(weights_file)
+    g = torch.Generator().manual_seed(3)
+    norms = [name for name in state if name.endswith(("q_norm.weight", "k_norm.weight"))]
+    assert norms and state[norms[0]].shape == (64,)
+    for name in norms:
+        state[name] = 1 + 0.5 * torch.randn(state[name].shape, generator=g)
+    save_file(state, weights_file, metadata={"format": "pt"})
+    results = _run(tmp_path, tp=2, path=path)
+    assert set(norms) <= set(results[0]["names"])
 
 
 def test_llama_with_llama3_rope_scaling_equals_transformers(tmp_path):
@@ -115,7 +144,7 @@ def test_llama_with_llama3_rope_scaling_equals_transformers(tmp_path):
     assert not torch.allclose(plain, default)  # the scaling changes some frequencies: the case tests something
     spawn_gloo_ranks(_compare_with_transformers, 1, path, 1, str(tmp_path))
     result = json.loads((tmp_path / "rank0.json").read_text())
-    assert result["logits"] < TOLERANCE and result["exact"]
+    assert result["logits"] < TOLERANCE and result["exact"] and result["merged_exact"]
 
 
 def test_unsupported_models_are_refused_by_name():

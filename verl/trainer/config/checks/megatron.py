@@ -1,8 +1,8 @@
 """What ``strategy=megatron`` runs here, checked in the driver before Ray starts.
 
 The Megatron engine (:mod:`verl.workers.engine.megatron`) builds the policy (actor, rollout, reference), the critic
-and the reward model of a Qwen2 / Qwen2.5 or Llama model with tensor and pipeline parallelism, on CPU (gloo), with
-the HF or vLLM rollout (the weights gathered layer by layer into either). Each role picks its strategy and, with
+and the reward model of a Qwen2 / Qwen2.5, Qwen3 or Llama model with tensor and pipeline parallelism, on CPU (gloo),
+with the HF or vLLM rollout (the weights gathered layer by layer into either). Each role picks its strategy and, with
 megatron, its parallel sizes on its own: the worker process keeps one set of megatron-core groups per size pair, so a
 Megatron critic or reward model runs beside an FSDP or Megatron actor, and an FSDP critic beside a Megatron actor.
 Each setting the engine cannot honour yet is refused here with the reason, naming the key.

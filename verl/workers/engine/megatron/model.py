@@ -24,7 +24,8 @@ __all__ = [
     "transformer_config",
 ]
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "qwen3")
+QK_NORM_MODEL_TYPES = ("qwen3",)  # RMSNorm over each head's queries and keys before rope (HF's q_norm / k_norm)
 
 
 def _rope_parameters(hf_config) -> dict:
@@ -102,6 +103,7 @@ def transformer_config(hf_config, tp_size: int = 1, pp_size: int = 1, dtype: tor
         activation_func=F.silu,
         add_bias_linear=bool(getattr(hf_config, "mlp_bias", False)),
         add_qkv_bias=qkv_bias,
+        qk_layernorm=hf_config.model_type in QK_NORM_MODEL_TYPES,
         hidden_dropout=0.0,
         attention_dropout=float(getattr(hf_config, "attention_dropout", 0.0) or 0.0),
         tensor_model_parallel_size=tp_size,
@@ -164,7 +166,7 @@ def build_gpt_model(
     with cpu_current_device():
         model = GPTModel(
             config=config,
-            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=config.qk_layernorm),
             vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
             max_sequence_length=hf_config.max_position_embeddings,
             pre_process=pre_process,
