@@ -1,9 +1,10 @@
 """Roles of one worker process at different Megatron parallel sizes, and beside FSDP roles, on 2 gloo processes.
 
-In the same two processes: a Megatron actor at tensor parallel 2, a Megatron critic at pipeline parallel 2, a
-Megatron reward model at tensor x pipeline 1 (data parallel 2), and the FSDP2 actor, critic and reward model as the
-reference (so each Megatron role also runs beside FSDP roles of the other kinds). Each role's results must equal the
-FSDP2 one's to 1e-4: log-probs, values before and after one critic update, scores. The actor's log-probs computed
+In the same two processes: a Megatron actor at tensor parallel 2 with its reference at pipeline parallel 2 (one
+worker), a Megatron critic at pipeline parallel 2, a Megatron reward model at tensor x pipeline 1 (data parallel 2),
+and the FSDP2 actor, reference, critic and reward model as the reference (so each Megatron role also runs beside FSDP
+roles of the other kinds). Each role's results must equal the FSDP2 one's to 1e-4: log-probs, reference log-probs,
+values before and after one critic update, scores. The actor's log-probs computed
 again after the other roles have run (each switching megatron-core's groups to its own) must be bit-identical.
 """
 
@@ -20,7 +21,13 @@ from tests.workers.engine.megatron.test_megatron_critic import _critic_batch as 
 from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN  # noqa: E402
 
 WORLD = 2
-SIZES = {"actor": (2, 1), "critic": (1, 2), "reward_model": (1, 1)}  # (tensor, pipeline) per Megatron role
+# (tensor, pipeline) per Megatron role section
+SIZES = {
+    "actor_rollout_ref.actor": (2, 1),
+    "actor_rollout_ref.ref": (1, 2),
+    "critic": (1, 2),
+    "reward_model": (1, 1),
+}
 
 
 def _config(models: dict, megatron: bool):
@@ -34,6 +41,7 @@ def _config(models: dict, megatron: bool):
         "actor_rollout_ref.rollout.n=1",
         f"actor_rollout_ref.rollout.response_length={RESPONSE_LEN}",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
         f"critic.model.path={models['critic']}",
         f"critic.strategy={strategy}",
         "critic.optim.lr=1e-2",
@@ -48,14 +56,13 @@ def _config(models: dict, megatron: bool):
         f"data.max_response_length={RESPONSE_LEN}",
     ]
     if megatron:
-        for key, (tp, pp) in SIZES.items():
-            for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref") if key == "actor" else (key,):
-                overrides += [
-                    f"{section}.megatron.tensor_model_parallel_size={tp}",
-                    f"{section}.megatron.pipeline_model_parallel_size={pp}",
-                    f"{section}.megatron.sequence_parallel=False",
-                    f"{section}.megatron.use_distributed_optimizer=False",
-                ]
+        for section, (tp, pp) in SIZES.items():
+            overrides += [
+                f"{section}.megatron.tensor_model_parallel_size={tp}",
+                f"{section}.megatron.pipeline_model_parallel_size={pp}",
+                f"{section}.megatron.sequence_parallel=False",
+                f"{section}.megatron.use_distributed_optimizer=False",
+            ]
     return compose_config(overrides, "ppo_megatron_trainer" if megatron else "ppo_trainer")
 
 
@@ -64,7 +71,7 @@ def _workers(config):
     from verl.workers.roles.critic import CriticWorker
     from verl.workers.roles.reward_model import RewardModelWorker
 
-    workers = (ActorRolloutRefWorker(config.actor_rollout_ref, role="actor"), CriticWorker(config.critic))
+    workers = (ActorRolloutRefWorker(config.actor_rollout_ref, role="actor_rollout_ref"), CriticWorker(config.critic))
     workers += (RewardModelWorker(config.reward_model),)
     for worker in workers:
         worker.init_model()
@@ -79,6 +86,7 @@ def _run(rank: int, models: dict, out: str):
     roles = {"fsdp": _workers(_config(models, False)), "megatron": _workers(_config(models, True))}
     for name, (actor, critic, rm) in roles.items():
         result = results[name] = {"log_probs": _collect(actor.compute_log_prob(shard).batch["old_log_probs"])}
+        result["ref_log_prob"] = _collect(actor.compute_ref_log_prob(shard).batch["ref_log_prob"])
         result["values"] = _collect(critic.compute_values(shard).batch["values"])
         result["rm_scores"] = _collect(rm.compute_rm_score(shard).batch["rm_scores"])
     for name, (actor, critic, _) in roles.items():  # the update after every role has run once
@@ -99,11 +107,12 @@ def test_roles_at_their_own_parallel_sizes_equal_fsdp(models, tmp_path):
     ref, got = results["fsdp"], results["megatron"]
     full = _batch()
     response_mask = full.batch["response_mask"].bool()
-    mask = {"log_probs": full.batch["attention_mask"][:, PROMPT_LEN:].bool(), "values": response_mask}
+    tokens = full.batch["attention_mask"][:, PROMPT_LEN:].bool()
+    mask = {"log_probs": tokens, "ref_log_prob": tokens, "values": response_mask}
     mask["values_after"] = response_mask
     diffs = {key: (got[key] - ref[key])[m].abs().max().item() for key, m in mask.items()}
     diffs["rm_scores"] = (got["rm_scores"] - ref["rm_scores"]).abs().max().item()
-    print("megatron (actor tp2, critic pp2, rm dp2) vs fsdp2:", diffs)
+    print("megatron (actor tp2, ref pp2, critic pp2, rm dp2) vs fsdp2:", diffs)
     moved = (ref["values_after"] - ref["values"])[response_mask].abs().max().item()
     assert moved > 1e-2 and ref["rm_scores"].abs().max() > 1e-3  # the update moved the values; scores are not zero
     assert all(value < 1e-4 for value in diffs.values()), diffs
