@@ -17,6 +17,7 @@ import torch.distributed as dist
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e .[megatron])")
 
 from tests.gloo_ranks import spawn_gloo_ranks  # noqa: E402
+from tests.workers.engine.megatron.test_megatron_critic import CRITIC_BATCHES_AND_OPTIM  # noqa: E402
 from tests.workers.gpu_actor_steps import RESPONSE_LEN, rollout_batch  # noqa: E402
 
 WORLD = 2
@@ -30,11 +31,7 @@ def _critic(models: dict, tp: int, distributed: bool):
         f"actor_rollout_ref.model.path={models['actor']}",
         f"critic.model.path={models['critic']}",
         "critic.strategy=megatron",
-        "critic.optim.lr=1e-2",
-        "critic.optim.total_training_steps=10",
-        "critic.ppo_mini_batch_size=8",
-        "critic.ppo_micro_batch_size_per_gpu=4",
-        "critic.forward_micro_batch_size_per_gpu=4",
+        *CRITIC_BATCHES_AND_OPTIM,
         "critic.grad_clip=0.5",
         f"critic.megatron.tensor_model_parallel_size={tp}",
         "critic.megatron.sequence_parallel=False",

@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e .[megatron])")
 
 from tests.gloo_ranks import spawn_gloo_ranks  # noqa: E402
-from tests.workers.engine.megatron.test_megatron_critic import _collect  # noqa: E402
+from tests.workers.engine.megatron.test_megatron_critic import CRITIC_BATCHES_AND_OPTIM, _collect  # noqa: E402
 from tests.workers.engine.megatron.test_megatron_critic import _critic_batch as _batch  # noqa: E402
 from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN  # noqa: E402
 
@@ -44,11 +44,7 @@ def _config(models: dict, megatron: bool):
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
         f"critic.model.path={models['critic']}",
         f"critic.strategy={strategy}",
-        "critic.optim.lr=1e-2",
-        "critic.optim.total_training_steps=10",
-        "critic.ppo_mini_batch_size=8",
-        "critic.ppo_micro_batch_size_per_gpu=4",
-        "critic.forward_micro_batch_size_per_gpu=4",
+        *CRITIC_BATCHES_AND_OPTIM,
         "reward_model.enable=True",
         f"reward_model.model.path={models['rm']}",
         f"reward_model.strategy={strategy}",
