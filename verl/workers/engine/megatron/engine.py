@@ -404,10 +404,14 @@ class MegatronEngine(TrainingEngine):
             self._module.zero_grad(set_to_none=True)
 
     def _reduce_gradients(self) -> None:
-        """Average the gradients over data-parallel replicas (into this rank's slice with the distributed optimizer);
-        sum the tied embedding's two copies' gradients."""
+        """Sum the partial gradients of replicated tensors over tensor parallelism (Qwen3's q/k norms); average the
+        gradients over data-parallel replicas (into this rank's slice with the distributed optimizer); sum the tied
+        embedding's two copies' gradients."""
         from megatron.core import parallel_state
 
+        from verl.workers.engine.megatron.model import sum_partial_gradients
+
+        sum_partial_gradients(self._module)
         params = [p for p in self._module.parameters() if p.requires_grad and p.grad is not None]
         if self.sharded_params is None and self.dp_size > 1 and params:
             flat = torch._utils._flatten_dense_tensors([p.grad for p in params])
