@@ -357,14 +357,9 @@ def base_config(tmp_path_factory):
     return config
 
 
-# settings a switch needs to be checkable at all (enabling the reward model needs a model and a micro batch; the
-# Megatron engine on 2 data-parallel CPU ranks needs verl's distributed optimizer off, which the check asks for)
+# settings a switch needs to be checkable at all (enabling the reward model needs a model and a micro batch)
 COMPANIONS = {
     "reward_model.enable": {"reward_model.micro_batch_size_per_gpu": 2},
-    f"{A}.strategy=megatron": {
-        f"{A}.megatron.use_distributed_optimizer": False,
-        "critic.megatron.use_distributed_optimizer": False,
-    },
 }
 
 
