@@ -56,7 +56,8 @@ EXTRAS = {
     "trackers": ["tensorboard", "wandb", "mlflow", "swanlab"],
     "plot": ["matplotlib"],
     # scripts/benchmark/bench_vs_trl.py: TRL's GRPOTrainer on the same work
-    "bench": ["trl>=1.16"],
+    # scripts/benchmark/real_weights_model.py: transformers reads SmolLM2-135M-Instruct's GGUF through gguf
+    "bench": ["trl>=1.16", "gguf>=0.19"],
 }
 
 setup(

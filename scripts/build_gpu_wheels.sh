@@ -17,9 +17,11 @@ PY="${PYTHON:-python}"
 LIMIT_BYTES=$((64 * 1024 * 1024))
 
 # what gpu_check.sh asks pip for (pip takes their dependencies from the folder or from what is installed)
-TOP_LEVEL=(hydra-core omegaconf tensordict torchdata datasets codetiming dill pydantic)
+TOP_LEVEL=(hydra-core omegaconf tensordict torchdata datasets codetiming dill pydantic megatron-core)
 # everything of their dependency trees that a machine with the packages above may lack
-DEPENDENCIES=(antlr4-python3-runtime pyvers cloudpickle multiprocess xxhash pydantic-core annotated-types typing-inspection)
+# (megatron-core, 2.6 MB, needs only torch, numpy and packaging>=24.2 besides: gpu_check.sh --part megatron)
+DEPENDENCIES=(antlr4-python3-runtime pyvers cloudpickle multiprocess xxhash pydantic-core annotated-types typing-inspection
+    packaging)
 # installed there (seen 2026-11-27: pyarrow 25.0.1, fsspec 2026.7.0), but maybe outside what datasets needs
 # (pyarrow>=24, fsspec<=2026.9): pip takes them from the folder only then, and they are dropped first for size
 FALLBACKS=(pyarrow fsspec)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Check the CUDA paths on one GPU, from the repository root of a checkout:
 #
-#   scripts/gpu_check.sh WHEEL_DIR [--part install|env|tests|bench|all]   # on the GPU machine
+#   scripts/gpu_check.sh WHEEL_DIR [--part install|env|tests|megatron|bench|all]   # on the GPU machine
 #   scripts/gpu_check.sh --cpu-smoke [WHEEL_DIR] [--part ...]              # the same steps on CPU, tiny shapes
 #
 # WHEEL_DIR comes from scripts/build_gpu_wheels.sh: the pure-Python packages the GPU machine lacks (hydra-core,
@@ -13,6 +13,9 @@
 #          CPU, parameter and optimizer offload round trips, checkpoint save/resume, the SFT trainer under torchrun
 #          (NCCL), 20 GRPO steps of the built-in task through the in-process worker group with the HF rollout;
 #          none may skip;
+#   megatron  tests/workers/engine/megatron/test_megatron_model_on_gpu.py: the Megatron model (local layer spec, tensor
+#          and pipeline parallel 1) against transformers on the GPU, logits and gradients in fp32 (must run: no skip);
+#          then the TransformerEngine layer spec's logits where TransformerEngine is installed (skipped otherwise);
 #   bench  scripts/benchmark/bench_gpu_throughput.py: tokens/s, MFU and peak memory of generation, log-probs and
 #          update on a random model of Qwen2.5-0.5B's shape (JSON lines, also written to $OUT/bench.jsonl).
 # Logs go to ${OUT:-gpu_check_out}. --cpu-smoke hides the GPUs and runs the tests with VERL_GPU_CHECK_DEVICE=cpu
@@ -29,15 +32,19 @@ while (($#)); do
     case "$1" in
         --cpu-smoke) smoke=1 ;;
         --part) part="$2"; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) wheels="$1" ;;
     esac
     shift
 done
 if ((!smoke)) && [[ -z "$wheels" ]]; then
-    echo "usage: $0 WHEEL_DIR [--part install|env|tests|bench|all] | $0 --cpu-smoke [WHEEL_DIR]" >&2
+    echo "usage: $0 WHEEL_DIR [--part install|env|tests|megatron|bench|all] | $0 --cpu-smoke [WHEEL_DIR]" >&2
     exit 2
 fi
+case "$part" in
+    install|env|tests|megatron|bench|all) ;;
+    *) echo "unknown --part '$part': expected install, env, tests, megatron, bench or all" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT_DIR"
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false
@@ -96,6 +103,25 @@ if want tests; then
     fi
     if ((!smoke)) && grep -q "skipped" <(tail -n 3 "$log"); then
         echo "GPU tests skipped on the GPU machine: the checks did not run (see $log)" >&2
+        exit 1
+    fi
+fi
+
+if want megatron; then
+    step "Megatron model on one device (local layer spec; TransformerEngine spec where installed)"
+    log="$OUT_DIR/megatron.log"
+    megatron_tests=tests/workers/engine/megatron/test_megatron_model_on_gpu.py
+    set +e
+    "$PY" -m pytest -rs -s -p no:cacheprovider -o addopts="" "$megatron_tests" 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    set -e
+    if ((status != 0)); then
+        echo "Megatron check FAILED (see $log)" >&2
+        exit "$status"
+    fi
+    # the local-spec case must have run (megatron-core installed, the accelerator seen); TransformerEngine may be absent
+    if ! grep -qE "[1-9][0-9]* passed" <(tail -n 3 "$log"); then
+        echo "the Megatron local-spec check did not run (see $log: megatron-core missing from the wheels?)" >&2
         exit 1
     fi
 fi

@@ -53,3 +53,13 @@ def tiny_vlm_dir(tmp_path_factory) -> str:
     from verl.demo.tiny_vlm import make_tiny_vlm_dir
 
     return make_tiny_vlm_dir(str(tmp_path_factory.mktemp("tiny_vlm")))
+
+
+@pytest.fixture
+def no_process_group_left():
+    """Destroys the default process group an in-process run started, so the next test can start its own."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()

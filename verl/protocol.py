@@ -656,7 +656,9 @@ class DataProtoFuture:
         """Wait for the workers, then collect (and pick a chunk if this future is one)."""
         import ray
 
-        outputs = ray.get(self.futures)
+        # a watched non-blocking call (PendingCall) waits within its deadline; a plain list of refs as ever
+        wait = getattr(self.futures, "wait", None)
+        outputs = wait() if wait is not None else ray.get(self.futures)
         for out in outputs:
             assert isinstance(out, DataProto), f"DataProtoFuture expects DataProto outputs, got {type(out).__name__}"
         value = self.collect_fn(outputs)

@@ -27,17 +27,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
+from scripts.benchmark.shapes import SMOLLM2_135M  # noqa: E402
+
 SHAPES = {
-    # SmolLM2-135M's architecture (llama, tied embeddings), with the project's tokenizer
-    "smollm2-135m": dict(
-        model_type="llama",
-        hidden_size=576,
-        num_layers=30,
-        num_heads=9,
-        num_kv_heads=3,
-        intermediate_size=1536,
-        tie_word_embeddings=True,
-    ),
+    "smollm2-135m": SMOLLM2_135M,  # the real vocabulary size; the project's tokenizer uses its first ids
     "tiny": dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256),
 }
 TOOL_MESSAGE = "<tool_response>\nresult=42\n</tool_response>"

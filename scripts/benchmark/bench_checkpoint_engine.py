@@ -32,17 +32,8 @@ sys.path.insert(0, REPO)
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-# SmolLM2-135M's architecture (llama, tied embeddings, vocabulary 49152)
-SMOLLM2_135M = dict(
-    model_type="llama",
-    hidden_size=576,
-    num_hidden_layers=30,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    intermediate_size=1536,
-    vocab_size=49152,
-    tie_word_embeddings=True,
-)
+from scripts.benchmark.shapes import SMOLLM2_135M, hf_config_kwargs  # noqa: E402
+
 BUCKETS_MB = (64, 512)
 
 
@@ -71,7 +62,7 @@ def _shapes(model: str) -> list[tuple[str, torch.Size]]:
 
         config = AutoConfig.from_pretrained(resolve_builtin_path("builtin://default_model"))
     else:
-        config = AutoConfig.for_model(**SMOLLM2_135M)
+        config = AutoConfig.for_model(**hf_config_kwargs(SMOLLM2_135M))
     with torch.device("meta"):
         module = AutoModelForCausalLM.from_config(config)
     tied = config.tie_word_embeddings
@@ -134,18 +125,7 @@ def _model_dir(model: str, root: str) -> str:
         return resolve_builtin_path("builtin://default_model")
     from verl.demo.tiny_model import make_tiny_model_dir
 
-    shape = dict(SMOLLM2_135M)
-    dims = {
-        "model_type": shape["model_type"],
-        "hidden_size": shape["hidden_size"],
-        "num_layers": shape["num_hidden_layers"],
-        "num_heads": shape["num_attention_heads"],
-        "num_kv_heads": shape["num_key_value_heads"],
-        "intermediate_size": shape["intermediate_size"],
-        "vocab_size": shape["vocab_size"],
-        "tie_word_embeddings": shape["tie_word_embeddings"],
-    }
-    return make_tiny_model_dir(os.path.join(root, model), **dims)
+    return make_tiny_model_dir(os.path.join(root, model), **SMOLLM2_135M)
 
 
 def _worker_rank(index: int, ports: list[int], models: list[str], root: str, repeats: int) -> None:

@@ -9,8 +9,11 @@ custom reward function that sleeps ``--sleep-ms`` per sample (a slow verifier). 
 path; on the loop, the reward phase plus the wait where the rewards are read), ``scoring_s`` (seconds the scorer ran)
 and ``overlap_s`` (those of them spent while the trainer was generating or in later phases). Prints one JSON line per
 figure, then the step-time ratio loop / batch and the seconds saved.
+With ``--extra`` overrides (e.g. ``actor_rollout_ref.rollout.name=vllm``, or ``rollout.mode=async``) the loop
+scores each trajectory as it finishes instead of each chunk; ``scored_during_generation`` then counts the rows
+whose scoring started before generation returned.
 Usage: python scripts/benchmark/bench_reward_loop.py [--steps 4] [--batch 8] [--n 8] [--chunk 2] [--sleep-ms 50]
-    [--repeats 2]
+    [--repeats 2] [--extra KEY=VALUE ...] [--subprocess]
 """
 
 import argparse
@@ -64,6 +67,7 @@ def run_arm(root: str, reward_loop: bool, args) -> list[dict]:
         f"custom_reward_function.path={rule}",
         f"+custom_reward_function.reward_kwargs.sleep_s={args.sleep_ms / 1000.0}",
         f"reward_model.use_reward_loop={reward_loop}",
+        *args.extra,
     ]
     RecordingTrainer.recorded = []
     return fit_demo_inprocess(overrides, RecordingTrainer).recorded
@@ -79,8 +83,18 @@ def figures(steps: list[dict]) -> dict:
         "reward_phase_s": median(lambda m: m["timing_s/reward"] + m.get("reward_loop/wait_s", 0.0)),
         "scoring_s": median(lambda m: m.get("reward_loop/scoring_s", m["timing_s/reward"])),
         "overlap_s": median(lambda m: m.get("reward_loop/overlap_s", 0.0)),
+        "scored_during_generation": median(lambda m: m.get("reward_loop/scored_during_generation", 0.0)),
         "score_mean": median(lambda m: m["critic/score/mean"]),
     }
+
+
+def run_in_subprocess(arm: str) -> list[dict]:
+    """One run of ``arm`` in a fresh process (vLLM keeps process-wide state that a second engine trips over)."""
+    import subprocess
+
+    argv = [a for a in sys.argv[1:] if a != "--subprocess"]
+    out = subprocess.run([sys.executable, __file__, *argv, "--arm", arm], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -91,13 +105,20 @@ def main():
     parser.add_argument("--chunk", type=int, default=2, help="rollout.micro_batch_size: prompts per generated chunk")
     parser.add_argument("--sleep-ms", type=float, default=50.0)
     parser.add_argument("--repeats", type=int, default=2, help="runs of each arm, alternated (the box is shared)")
+    parser.add_argument("--extra", nargs="*", default=[], help="more overrides for both arms (KEY=VALUE)")
+    parser.add_argument("--subprocess", action="store_true", help="each run in a process of its own (vLLM)")
+    parser.add_argument("--arm", choices=["batch", "reward_loop"], help=argparse.SUPPRESS)  # one run, for --subprocess
     args = parser.parse_args()
 
     root = tempfile.mkdtemp(prefix="bench_reward_loop_")
+    if args.arm:
+        recorded = run_arm(root, args.arm == "reward_loop", args)
+        print(json.dumps([{k: v for k, v in m.items() if isinstance(v, int | float)} for m in recorded]))
+        return
     steps = {"batch": [], "reward_loop": []}
     for _ in range(args.repeats):  # alternated, so a change in the machine's load hits both arms
         for arm, on in (("batch", False), ("reward_loop", True)):
-            steps[arm] += run_arm(root, on, args)[1:]  # the first step of a run warms up
+            steps[arm] += (run_in_subprocess(arm) if args.subprocess else run_arm(root, on, args))[1:]  # 1st: warm-up
     results = {arm: figures(recorded) for arm, recorded in steps.items()}
     for arm, values in results.items():
         for name, value in values.items():

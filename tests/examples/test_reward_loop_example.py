@@ -6,34 +6,13 @@ lives in this process."""
 import math
 import os
 
-import pytest
-import torch.distributed as dist
-
-from tests.trainer.ppo_e2e_utils import compose_config
-from verl.demo.default_run import apply_builtin_demo, command_line_keys
+from tests.trainer.ppo_e2e_utils import build_demo_inprocess
 from verl.demo.tiny_model import make_tiny_model_dir
-from verl.single_controller.inprocess import InProcessWorkerGroup
-from verl.trainer.main_ppo import build_trainer, prepare_config
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.reward import get_served_reward_model
 from verl.workers.reward_model.served import _ray_running
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "reward_loop")
-
-
-class RecordingTrainer(RayPPOTrainer):
-    def train_step(self, batch, timing_raw):
-        batch, metrics = super().train_step(batch, timing_raw)
-        self.steps.append(metrics)
-        return batch, metrics
-
-
-@pytest.fixture
-def no_process_group_left():
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def test_grpo_with_rule_and_served_judge(tmp_path, no_process_group_left):
@@ -62,12 +41,8 @@ def test_grpo_with_rule_and_served_judge(tmp_path, no_process_group_left):
         "reward_model.rollout.response_length=8",
         f"reward_model.reward_sources=[{{name:rule,weight:1.0}},{{name:judge,weight:0.5,path:{judge_fn}}}]",
     ]
-    config = compose_config(overrides)
-    assert apply_builtin_demo(config, command_line_keys(overrides))  # the built-in task and model
-    prepare_config(config)
-    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
-    trainer.__class__ = RecordingTrainer
-    trainer.steps = []
+    trainer = build_demo_inprocess(overrides)  # the built-in task and model
+    config = trainer.config
     trainer.init_workers()
     trainer.fit()
 

@@ -365,6 +365,41 @@ def test_a_slow_tool_holds_back_only_its_own_trajectory(tokenizer):
     assert engine.served[0][1] == 2  # the first turns of both rows went in one call
 
 
+class RecordingSink:
+    """The reward loop's side of ``TRAJECTORY_SINK``: what arrived, and when."""
+
+    def __init__(self):
+        self.items = []
+
+    def put(self, item):
+        self.items.append((time.perf_counter(), *item))
+
+
+def test_each_trajectory_reaches_the_reward_loop_sink_as_it_finishes(tokenizer):
+    from verl.workers.rollout.base import TRAJECTORY_ID, TRAJECTORY_SINK
+
+    engine = PerRowEngine(tokenizer, [], ChatTemplate(tokenizer).end_of_turn_id)
+    rollout = MultiTurnRollout(engine, _config(), tokenizer, tools=[SleepTool()], interaction=RetryInteraction())
+    data = _prompts(tokenizer, rows=2)  # row 0 waits 0.5 s on its tool, row 1 talks to the interaction
+    data.non_tensor_batch[TRAJECTORY_ID] = np.array([10, 20])  # first trajectory id of each prompt (n=2)
+    sink = RecordingSink()
+    data.meta_info[TRAJECTORY_SINK] = sink
+    out = rollout.generate_sequences(data)
+    returned = time.perf_counter()
+
+    assert sorted(int(i) for _, ids, _ in sink.items for i in ids) == [10, 11, 20, 21]
+    by_id = {int(ids[0]): (arrived, rows) for arrived, ids, rows in sink.items}
+    # row 1's trajectories finished (and could be scored) while row 0's tool was still running
+    assert by_id[20][0] < returned - 0.3 and by_id[21][0] < returned - 0.3, (by_id[20][0], returned)
+    for index, trajectory in enumerate([10, 11, 20, 21]):  # the output's rows are interleaved per prompt
+        rows = by_id[trajectory][1]
+        assert len(rows) == 1 and TRAJECTORY_ID not in rows.non_tensor_batch and not rows.meta_info
+        for key, value in rows.batch.items():
+            assert torch.equal(value[0], out.batch[key][index]), key
+        for key in ("messages", "reward_scores", "data_source", "raw_prompt"):
+            assert rows.non_tensor_batch[key][0] == out.non_tensor_batch[key][index], key
+
+
 @pytest.mark.parametrize("mode, matches", [("strict", False), ("ignore_strippable", True), ("off", True)])
 def test_tokenization_sanity_check_modes(tokenizer, mode, matches):
     from verl.multi_turn.agent_loop import AgentLoopContext, ToolAgentLoop

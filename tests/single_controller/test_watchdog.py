@@ -2,6 +2,7 @@
 worker killed during a call is reported with its role, the phase, the host's memory and the settings to turn."""
 
 import os
+import re
 import time
 
 import pytest
@@ -39,6 +40,29 @@ def test_deadlines_per_phase():
     assert Watchdog(timeout_s=0).deadline("anything") == 0
 
 
+def test_memory_report_reads_the_heartbeat_and_stale_files_go(tmp_path, monkeypatch):
+    import json
+
+    from verl.single_controller.base import watchdog
+
+    monkeypatch.setattr(watchdog.tempfile, "gettempdir", lambda: str(tmp_path))
+    path = watchdog.memory_file_path(123)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        json.dump({"time": time.time() - 2.0, "host": "h", "memory": "used 1.0 of 2.0 GiB (50%)", "rss": 3 * 2**29}, f)
+    report = watchdog.memory_report(123)
+    assert re.search(
+        r"now; at the last sample of worker process 123, 2\.\ds before it was lost: used 1\.0 of 2\.0", report
+    )
+    assert report.endswith("the worker's resident memory 1.50 GiB") and not os.path.exists(path)  # read once
+    assert watchdog.memory_report(123).endswith("(no earlier sample of worker process 123)")
+    fresh, stale = watchdog.memory_file_path(1), watchdog.memory_file_path(2)
+    for name in (fresh, stale):
+        open(name, "w").close()
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert watchdog.remove_stale_memory_files(os.path.dirname(path)) == [stale] and os.path.exists(fresh)
+
+
 def test_where_stuck_picks_the_phase_thread():
     stacks = (
         "Thread 0x00007f01 (most recent call first):\n"
@@ -53,7 +77,7 @@ def test_where_stuck_picks_the_phase_thread():
     assert where_stuck("", "work").startswith("unknown line")
 
 
-def test_ray_group_reports_the_rank_that_does_not_return(ray_cluster, tmp_path):
+def test_ray_group_reports_the_rank_that_does_not_return_blocking_or_not(ray_cluster, tmp_path):
     pool = RayResourcePool([2], use_gpu=False)
     wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(SleepyWorker), 1, 60.0), device_name="cpu")
     groups = [(wg, pool)]
@@ -81,6 +105,7 @@ def test_ray_group_reports_the_rank_that_does_not_return(ray_cluster, tmp_path):
         groups.append((quick, quick_pool))
         quick.set_watchdog(Watchdog(timeout_s=30, dump_dir=str(tmp_path / "unused")))
         assert quick.work() == [0] and not (tmp_path / "unused").exists()
+        _check_non_blocking_calls(quick, wg, tmp_path)
     finally:
         # the session's Ray cluster has 4 CPUs: a leaked worker or placement group starves later tests
         for group, group_pool in groups:
@@ -88,6 +113,41 @@ def test_ray_group_reports_the_rank_that_does_not_return(ray_cluster, tmp_path):
                 ray.kill(worker)
             for pg in group_pool.pgs or []:
                 ray.util.remove_placement_group(pg)
+
+
+def _check_non_blocking_calls(quick, stuck, tmp_path):
+    """Non-blocking calls (``blocking=False``) get their phase's deadline, counted from the call and enforced where
+    the driver waits: ``resolve_result`` on the list of refs, ``DataProtoFuture.get`` (also of a chunk). ``stuck``'s
+    rank 1 is still asleep in ``work``, so its later calls queue behind it."""
+    import pickle
+
+    import torch
+
+    from verl import DataProto
+    from verl.protocol import DataProtoFuture
+    from verl.trainer.ppo.weight_sync import resolve_result
+
+    data = DataProto.from_dict({"x": torch.arange(4.0)})
+    assert resolve_result(quick.work_later()) == [0]
+    assert torch.equal(quick.double_later(data).get().batch["x"], torch.arange(4.0) * 2)
+    stuck.set_watchdog(
+        Watchdog(timeout_s=0, phase_timeout_s={"work_later": 3, "double_later": 3}, dump_dir=str(tmp_path))
+    )
+    pending = stuck.work_later()
+    assert isinstance(pending, list) and type(pickle.loads(pickle.dumps(pending))) is list  # verl's shape
+    time.sleep(2)  # the deadline counts from the call, not from the wait
+    start = time.monotonic()
+    with pytest.raises(WorkerGroupTimeout) as info:
+        resolve_result(pending)
+    assert time.monotonic() - start < 2.5
+    assert info.value.phase == "work_later" and list(info.value.stuck) == [1]
+    assert "'work_later' did not return within 3s (trainer.watchdog_phase_timeout_s.work_later)" in str(info.value)
+    future = stuck.double_later(data)
+    assert isinstance(future, DataProtoFuture)
+    start = time.monotonic()
+    with pytest.raises(WorkerGroupTimeout, match="'double_later' did not return within 3s"):
+        future.chunk(2)[0].get()  # a chunk of the future carries the deadline too
+    assert time.monotonic() - start < 8
 
 
 def test_inprocess_group_interrupts_the_call(tmp_path):
@@ -108,19 +168,29 @@ def test_inprocess_group_interrupts_the_call(tmp_path):
     assert wg.work() == [0]
 
 
-def test_ray_group_reports_a_worker_killed_during_a_phase(ray_cluster):
+def test_ray_group_reports_a_worker_killed_during_a_phase_even_after_a_peer_failed(ray_cluster):
     pool = RayResourcePool([2], use_gpu=False)
     wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(DyingWorker), 1), device_name="cpu")
     try:
-        wg.set_watchdog(Watchdog(timeout_s=60, memory_hints={"work": ["work.micro_batch_size_per_gpu"]}))
+        phase = "work_losing_a_peer"  # rank 0 fails at once (a collective without its peer), rank 1 dies a moment later
+        wg.set_watchdog(Watchdog(timeout_s=60, memory_hints={phase: ["work.micro_batch_size_per_gpu"]}))
         with pytest.raises(WorkerLostError) as info:
-            wg.work()
+            wg.work_losing_a_peer()
         error = info.value
-        assert error.phase == "work" and error.ranks == [1] and error.role == "DyingWorker"
+        assert error.phase == phase and error.ranks == [1] and error.role == "DyingWorker"
+        assert "Connection closed by peer" in str(error.__cause__)  # rank 0's error, kept as the cause
         message = str(error)
-        assert "DyingWorker worker rank 1 was lost during 'work'" in message
-        assert "Host memory now: used " in message and " GiB (" in message
-        assert "Settings that lower the memory of 'work': work.micro_batch_size_per_gpu." in message
+        assert f"DyingWorker worker rank 1 was lost during '{phase}'" in message
+        # read on the worker's node from its heartbeat: the host's memory and the dead worker's own resident memory
+        assert "Memory of the worker's node " in message and " now; at the last sample of worker process " in message
+        sampled = r"s before it was lost: used [\d.]+ of [\d.]+ GiB \(\d+%\), the worker's resident memory"
+        assert re.search(sampled, message), message
+        node_id, pid, _ = wg._worker_processes[1]
+        assert f"node {node_id[:8]} on " in message and f"worker process {pid}," in message
+        # a worker on another node: a task pinned to its node reads it there (the sample was taken by the report above)
+        remote = wg._memory_of([1], via_node_task=True)
+        assert remote.startswith(f"of the worker's node {node_id[:8]} on ") and " GiB (" in remote, remote
+        assert f"Settings that lower the memory of '{phase}': work.micro_batch_size_per_gpu." in message
         # without a watchdog the loss is reported the same way, without hints
         with pytest.raises(WorkerLostError, match="rank 1 was lost during 'work'"):
             wg.set_watchdog(None) or wg.work()

@@ -121,6 +121,17 @@ class SleepyWorker(Worker):
             time.sleep(self.seconds)  # the line the watchdog names
         return self.rank
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def work_later(self) -> int:
+        """``work``, called without waiting: the driver gets the refs and waits later."""
+        return self.work()
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def double_later(self, data: DataProto) -> DataProto:
+        """Twice ``data["x"]``, after ``work``'s sleep on the sleepy rank; non-blocking (a DataProtoFuture)."""
+        self.work()
+        return DataProto.from_dict({"x": data.batch["x"] * 2})
+
 
 class DyingWorker(Worker):
     """Rank ``dying_rank`` is SIGKILLed in ``work``, as the OS's OOM killer would do."""
@@ -136,3 +147,15 @@ class DyingWorker(Worker):
 
             os.kill(os.getpid(), signal.SIGKILL)
         return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def work_losing_a_peer(self) -> int:
+        """The other ranks fail at once (as a collective fails when its peer is gone); ``dying_rank`` dies a moment
+        later, so the peers' errors reach the driver first."""
+        if self.rank != self.dying_rank:
+            raise RuntimeError("Connection closed by peer")
+        import signal
+        import time
+
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)

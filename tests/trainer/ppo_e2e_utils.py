@@ -161,20 +161,37 @@ def demo_run_overrides(local_dir, steps: int) -> list[str]:
     ]
 
 
-def fit_demo_inprocess(overrides: list[str], trainer_cls):
+def build_inprocess(config, trainer_cls=None):
+    """``config`` prepared as main_ppo prepares it and built as ``trainer_cls`` (default: a ``StepRecordingTrainer``
+    with empty records) over the in-process worker group; workers not yet started."""
+    from tests.trainer.recording_trainer import StepRecordingTrainer
+    from verl.single_controller.inprocess import InProcessWorkerGroup
+    from verl.trainer.main_ppo import build_trainer, prepare_config
+
+    prepare_config(config)
+    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
+    trainer.__class__ = trainer_cls or StepRecordingTrainer
+    if isinstance(trainer, StepRecordingTrainer):
+        trainer.start_recording()
+    return trainer
+
+
+def build_demo_inprocess(overrides: list[str], trainer_cls=None):
+    """The built-in demo run (no data and no model named, as main_ppo chooses it) with ``overrides``, built by
+    ``build_inprocess``."""
+    from verl.demo.default_run import apply_builtin_demo, command_line_keys
+
+    config = compose_config(overrides)
+    assert apply_builtin_demo(config, command_line_keys(overrides)), "the overrides name data or a model"
+    return build_inprocess(config, trainer_cls)
+
+
+def fit_demo_inprocess(overrides: list[str], trainer_cls=None):
     """Build the built-in demo run with ``overrides`` as a ``trainer_cls`` over the in-process worker group, fit it,
     and return the trainer (the process group it started is destroyed)."""
     import torch.distributed as dist
 
-    from verl.demo.default_run import apply_builtin_demo, command_line_keys
-    from verl.single_controller.inprocess import InProcessWorkerGroup
-    from verl.trainer.main_ppo import build_trainer, prepare_config
-
-    config = compose_config(overrides)
-    assert apply_builtin_demo(config, command_line_keys(overrides)), "the overrides name data or a model"
-    prepare_config(config)
-    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
-    trainer.__class__ = trainer_cls
+    trainer = build_demo_inprocess(overrides, trainer_cls)
     try:
         trainer.init_workers()
         trainer.fit()

@@ -3,6 +3,7 @@
 Each run is one or two steps; the checks are the stop, its message, and what is (and is not) on disk.
 """
 
+import contextlib
 import os
 import time
 
@@ -190,6 +191,85 @@ def test_disk_full_during_save_keeps_the_previous_checkpoint(workspace, tmp_path
     assert read_tracker(str(run_dir)) == 1
     assert checkpoint_problems(str(run_dir / "global_step_1")) == []
     assert sorted(os.listdir(run_dir)) == ["global_step_1", "latest_checkpointed_iteration.txt"]
+
+
+@contextlib.contextmanager
+def read_only_folder(path, monkeypatch):
+    """``path`` made read-only: its mode where permissions count, else (root) the immutable attribute, else (root
+    without that capability) creating anything in it fails with EACCES as a read-only folder's would."""
+    import errno
+    import subprocess
+
+    def writable():
+        try:
+            open(os.path.join(path, ".probe"), "w").close()
+            os.remove(os.path.join(path, ".probe"))
+            return True
+        except OSError:
+            return False
+
+    mode = os.stat(path).st_mode
+    os.chmod(path, 0o555)
+    immutable = False
+    if writable():
+        immutable = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0 and not writable()
+    if writable():
+        real = os.makedirs
+
+        def makedirs(name, *args, **kwargs):
+            if os.path.dirname(os.path.abspath(name)) == os.path.abspath(path):
+                raise PermissionError(errno.EACCES, "Permission denied", name)
+            return real(name, *args, **kwargs)
+
+        monkeypatch.setattr(os, "makedirs", makedirs)
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        os.chmod(path, mode)
+
+
+def test_failed_save_can_continue_with_a_warning(workspace, tmp_path, monkeypatch, caplog):
+    run_dir = tmp_path / "ckpt"
+    extra = ["trainer.save_freq=1", "trainer.on_save_error=continue", "trainer.max_actor_ckpt_to_keep=1"]
+    trainer = make_trainer(workspace, run_dir, steps=3, extra=extra)
+    logged = []
+    real_step = type(trainer).train_step
+
+    def train_step(self, batch, timing_raw):
+        out = real_step(self, batch, timing_raw)
+        logged.append(out[1])
+        return out
+
+    trainer.train_step = train_step.__get__(trainer)
+    real_save = type(trainer)._save_checkpoint
+    folder = []
+
+    def save(self):
+        if self.global_steps == 2:  # step 1 is saved; from step 2 on the folder is read-only
+            folder.append(read_only_folder(run_dir, monkeypatch))
+            folder[0].__enter__()
+        real_save(self)
+
+    trainer._save_checkpoint = save.__get__(trainer)
+    try:
+        with caplog.at_level("ERROR"):
+            trainer.fit()  # steps 2 and 3 fail to save, and the run goes on to the end
+    finally:
+        if folder:
+            folder[0].__exit__(None, None, None)
+    assert trainer.global_steps == 4
+    assert [m["training/checkpoint_save_failures"] for m in logged] == [0, 1, 2]
+    assert caplog.text.count("CHECKPOINT NOT SAVED, training goes on (trainer.on_save_error=continue") == 2
+    assert f"saving the checkpoint of step 3 to {run_dir / 'global_step_3'} failed: PermissionError" in caplog.text
+    # step 1, the last complete checkpoint, is whole and still tracked (rotation to one checkpoint kept it)
+    assert read_tracker(str(run_dir)) == 1
+    assert sorted(os.listdir(run_dir)) == ["global_step_1", "latest_checkpointed_iteration.txt"]
+    from verl.utils.checkpoint.integrity import checkpoint_problems
+
+    assert checkpoint_problems(str(run_dir / "global_step_1")) == []
 
 
 def test_memory_hints_name_real_config_keys():

@@ -8,40 +8,12 @@ training reward of the last 5 steps above that of the first 5. Skipped without a
 
 import math
 
-import pytest
-import torch.distributed as dist
-
-from tests.trainer.ppo_e2e_utils import compose_config
-from verl.demo.default_run import apply_builtin_demo, command_line_keys
-from verl.single_controller.inprocess import InProcessWorkerGroup
-from verl.trainer.main_ppo import build_trainer, prepare_config
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from tests.trainer.ppo_e2e_utils import build_demo_inprocess
 from verl.utils.device import get_device_name, is_accelerator_available
 
 ON_DEVICE = is_accelerator_available()
 STEPS = 20 if ON_DEVICE else 2
 VAL_KEY = "val-core/verl/arithmetic/reward/mean@1"
-
-
-class RecordingTrainer(RayPPOTrainer):
-    """Keeps every step's metrics and every validation's."""
-
-    def train_step(self, batch, timing_raw):
-        batch, metrics = super().train_step(batch, timing_raw)
-        self.steps.append(metrics)
-        return batch, metrics
-
-    def _validate(self):
-        metrics = super()._validate()
-        self.validations.append(metrics)
-        return metrics
-
-
-@pytest.fixture
-def no_process_group_left():
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def test_grpo_builtin_task_learns_in_process(tmp_path, no_process_group_left):
@@ -56,13 +28,8 @@ def test_grpo_builtin_task_learns_in_process(tmp_path, no_process_group_left):
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
         "actor_rollout_ref.rollout.name=hf",
     ]
-    config = compose_config(overrides)
     # no data and no model named: the built-in demo, chosen as main_ppo chooses it
-    assert apply_builtin_demo(config, command_line_keys(overrides))
-    prepare_config(config)
-    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
-    trainer.__class__ = RecordingTrainer
-    trainer.steps, trainer.validations = [], []
+    trainer = build_demo_inprocess(overrides)
     trainer.init_workers()
     trainer.fit()
 

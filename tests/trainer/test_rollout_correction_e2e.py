@@ -7,30 +7,11 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 
-from tests.trainer.ppo_e2e_utils import compose_config, demo_run_overrides
-from verl.demo.default_run import apply_builtin_demo, command_line_keys
-from verl.single_controller.inprocess import InProcessWorkerGroup
-from verl.trainer.main_ppo import build_trainer, prepare_config
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from tests.trainer.ppo_e2e_utils import build_demo_inprocess, build_inprocess, demo_run_overrides
 
 RC = "algorithm.rollout_correction"
 STEPS = 2
-
-
-class RecordingTrainer(RayPPOTrainer):
-    def train_step(self, batch, timing_raw):
-        batch, metrics = super().train_step(batch, timing_raw)
-        self.steps.append(metrics)
-        return batch, metrics
-
-
-@pytest.fixture
-def no_process_group_left():
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def run(tmp_path, *extra):
@@ -46,12 +27,7 @@ def run(tmp_path, *extra):
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
         *extra,
     ]
-    config = compose_config(overrides)
-    assert apply_builtin_demo(config, command_line_keys(overrides))
-    prepare_config(config)
-    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
-    trainer.__class__ = RecordingTrainer
-    trainer.steps = []
+    trainer = build_demo_inprocess(overrides)
     trainer.init_workers()
     calls = []
     original = trainer.actor_rollout_wg.compute_log_prob
@@ -131,11 +107,7 @@ def test_multi_turn_hf_rollout_compares_generated_tokens_only(tmp_path, no_proce
         f"{RC}.rollout_rs=token_k1",
         f"{RC}.rollout_rs_threshold=2.0",
     ]
-    config = compose(overrides)
-    prepare_config(config)
-    trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
-    trainer.__class__ = RecordingTrainer
-    trainer.steps = []
+    trainer = build_inprocess(compose(overrides))
     trainer.init_workers()
     trainer.fit()
     assert len(trainer.steps) == 2

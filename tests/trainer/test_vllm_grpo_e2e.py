@@ -36,7 +36,16 @@ pytestmark = pytest.mark.skipif(
 
 
 class HandOffProbe(RayPPOTrainer):
-    """Records, per step, the gap between vLLM's sampling log-probs and the actor's recomputed ones."""
+    """Records, per step, the gap between vLLM's sampling log-probs and the actor's recomputed ones, and whether the
+    step's scores equal the batch path's on the same rows (``reward_model.use_reward_loop``: scored per trajectory)."""
+
+    def train_step(self, batch, timing_raw):
+        from verl.trainer.ppo.reward import compute_reward
+
+        batch, metrics = super().train_step(batch, timing_raw)
+        batch_path, _ = compute_reward(batch, self.reward_fn)
+        self.same_rewards.append(torch.equal(batch_path, batch.batch["token_level_scores"]))
+        return batch, metrics
 
     def _compute_old_log_prob(self, batch, metrics, timing_raw):
         batch = super()._compute_old_log_prob(batch, metrics, timing_raw)
@@ -95,6 +104,7 @@ def probe_hand_off(
     steps: int = 3,
     megatron: bool = False,
     correction: bool = False,
+    reward_loop: bool = False,
 ) -> dict:
     """``steps`` GRPO steps in this process (in-process worker group); the per-step rollout/actor log-prob gap.
     ``lora``: the actor trains LoRA adapters, which the hand-off folds into the engine's base weights; ``family``:
@@ -114,12 +124,13 @@ def probe_hand_off(
         ]
         + (LORA_OVERRIDES if lora else [])
         + (CORRECTION_OVERRIDES if correction else [])
+        + (["reward_model.use_reward_loop=True"] if reward_loop else [])
     )
     config = compose_config(overrides, "ppo_megatron_trainer" if megatron else "ppo_trainer")
     prepare_config(config)
     trainer = build_trainer(config, ray_worker_group_cls=InProcessWorkerGroup)
     trainer.__class__ = HandOffProbe
-    trainer.gaps, trainer.logged = [], []
+    trainer.gaps, trainer.logged, trainer.same_rewards = [], [], []
     trainer.init_workers()
     worker = trainer.actor_rollout_wg.workers[0].worker_dict["actor_rollout"]
     before = {k: v.detach().clone() for k, v in worker.actor_module.state_dict().items() if torch.is_tensor(v)}
@@ -130,10 +141,12 @@ def probe_hand_off(
         "gaps": trainer.gaps,
         "probs_diff": [m["training/rollout_probs_diff_mean"] for m in trainer.logged],
         "rollout_corr": [{k: v for k, v in m.items() if k.startswith("rollout_corr/")} for m in trainer.logged],
+        "same_rewards": trainer.same_rewards,
+        "reward_loop": [{k: v for k, v in m.items() if k.startswith("reward_loop/")} for m in trainer.logged],
     }
 
 
-@pytest.mark.parametrize("variant", ["full", "lora", "megatron", "correction"])
+@pytest.mark.parametrize("variant", ["full", "lora", "megatron", "correction", "reward_loop"])
 def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path, variant):
     """``megatron``: the Megatron engine's gathered stream into vLLM (``--config-name ppo_megatron_trainer``)."""
     if variant == "megatron" and importlib.util.find_spec("megatron") is None:
@@ -154,6 +167,11 @@ def test_hand_off_keeps_rollout_and_actor_log_probs_equal(tmp_path, variant):
     # steps 2 and 3 sample from weights updated by the previous step: the hand-off must have delivered them
     assert all(gap <= 1e-3 for gap in probe["gaps"]), probe["gaps"]
     assert all(math.isfinite(d) for d in probe["probs_diff"])
+    assert probe["same_rewards"] == [True] * 3  # also per trajectory (reward_loop): the batch path's scores
+    if variant == "reward_loop":  # vLLM handed each prompt's samples over as they finished
+        assert all(
+            m["reward_loop/chunks"] >= 1 and "reward_loop/scored_during_generation" in m for m in probe["reward_loop"]
+        )
     if variant == "correction":
         for metrics in probe["rollout_corr"]:
             for key in ("kl", "k3_kl", "rollout_is_mean", "rollout_is_max", "rollout_rs_masked_fraction"):
@@ -195,6 +213,10 @@ def test_command_line_on_two_ray_workers(tmp_path, extra):
 if __name__ == "__main__":
     variant = sys.argv[2:]
     probe = probe_hand_off(
-        sys.argv[1], lora=variant == ["lora"], megatron=variant == ["megatron"], correction=variant == ["correction"]
+        sys.argv[1],
+        lora=variant == ["lora"],
+        megatron=variant == ["megatron"],
+        correction=variant == ["correction"],
+        reward_loop=variant == ["reward_loop"],
     )
     print(json.dumps(probe))

@@ -189,3 +189,54 @@ def test_fsdp2_param_groups_across_torch_releases():
     assert _fsdp2_param_groups(module(_fsdp_param_groups=("a", "b"))) == ["a", "b"]
     assert _fsdp2_param_groups(module(_fsdp_param_group="a")) == ["a"]
     assert _fsdp2_param_groups(module(_fsdp_param_group=None)) == []
+
+
+def _accumulation_worker(rank: int, out_path: str):
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from verl.utils.fsdp_utils import FSDP2Accumulation
+
+    counts = {"all_gather_single": 0, "reduce_scatter_single": 0}  # FSDP2's collectives (torch 2.13)
+    for name in counts:
+        inner = getattr(dist, name)
+
+        def counted(*args, _name=name, _inner=inner, **kwargs):
+            counts[_name] += 1
+            return _inner(*args, **kwargs)
+
+        setattr(dist, name, counted)
+    mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("fsdp",))
+    model = wrap_model_for_training(_make_model(), "fsdp", mesh, fsdp_config={"reshard_after_forward": True})
+    micro_batches = _batch().chunk(WORLD)[rank].chunk(2)  # two micro batches of one row per rank
+    results = {}
+    for mode in ("default", "accumulate", "default"):  # the last run: everything restored
+        accumulation = FSDP2Accumulation(model) if mode == "accumulate" else None
+        model.zero_grad(set_to_none=True)
+        for name in counts:
+            counts[name] = 0
+        for index, ids in enumerate(micro_batches):
+            if accumulation is not None:
+                accumulation.micro_batch(last=index == len(micro_batches) - 1)
+            (_loss(model, ids) / len(micro_batches)).backward()
+        if accumulation is not None:
+            accumulation.finish()
+        grads = [p.grad.to_local().clone() for p in model.parameters()]
+        results.setdefault(mode, []).append((dict(counts), grads))
+    if rank == 0:
+        torch.save(results, out_path)
+
+
+def test_fsdp2_accumulation_gathers_and_reduces_once_per_mini_batch(tmp_path):
+    out = str(tmp_path / "counts.pt")
+    spawn_gloo_ranks(_accumulation_worker, WORLD, out)
+    got = torch.load(out)
+    (default, default_grads), (again, again_grads) = got["default"]
+    ((few, few_grads),) = got["accumulate"]
+    # default: each micro batch gathers in its forward and again in the backward, and reduce-scatters
+    assert default == again and default["reduce_scatter_single"] == 2 * few["reduce_scatter_single"] > 0
+    assert 0 < few["all_gather_single"] < default["all_gather_single"]
+    for a, b, c in zip(default_grads, few_grads, again_grads, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(c, a, rtol=0, atol=0)

@@ -31,7 +31,7 @@ from verl.multi_turn.turn_engine import GeneratedTurn, TurnEngine
 from verl.protocol import DataProto
 from verl.trainer.config import RolloutConfig
 from verl.utils.model import compute_position_id_with_mask
-from verl.workers.rollout.base import BaseRollout, SamplingRequest
+from verl.workers.rollout.base import TRAJECTORY_ID, TRAJECTORY_SINK, BaseRollout, SamplingRequest, emit_trajectories
 
 logger = logging.getLogger(__name__)
 
@@ -111,12 +111,17 @@ class AgentLoopRollout(BaseRollout):
         else:
             server = TurnBatcher(self.engine, request, stop_ids, live=size)
         context = AgentLoopContext(server, self.chat, self.config, request, stop_ids, self.tools, self.interaction)
-        fields = prompts.non_tensor_batch
+        fields = {k: v for k, v in prompts.non_tensor_batch.items() if k != TRAJECTORY_ID}
         serving = asyncio.ensure_future(server.serve())
+        # the reward loop's sink: each trajectory is handed over as it finishes (see TRAJECTORY_SINK)
+        sink = prompts.meta_info.get(TRAJECTORY_SINK)
+        emit = (lambda row, sample, out: self._emit(sink, prompts, row, sample, out)) if sink is not None else None
         plays = [
-            asyncio.ensure_future(self._play(cls(context, row), {k: v[row] for k, v in fields.items()}, server))
+            asyncio.ensure_future(
+                self._play(cls(context, row), {k: v[row] for k, v in fields.items()}, server, emit, sample)
+            )
             for row, cls in enumerate(loop_classes)
-            for _ in range(request.n)
+            for sample in range(request.n)
         ]
         try:
             outputs = await asyncio.gather(*plays)
@@ -148,13 +153,22 @@ class AgentLoopRollout(BaseRollout):
                 raise KeyError(f"row {row}: {e.args[0]}") from None
         return classes
 
-    async def _play(self, agent_loop, row_fields: dict, server):
+    async def _play(self, agent_loop, row_fields: dict, server, emit=None, sample: int = 0):
         try:
             output = await agent_loop.run(**row_fields)
         finally:
             server.finished()
         self._check_output(agent_loop, output)
+        if emit is not None:
+            emit(agent_loop.row, sample, output)
         return output
+
+    def _emit(self, sink, prompts: DataProto, row: int, sample: int, output) -> None:
+        """Hand one finished trajectory to the reward loop's sink, as the row ``_to_batch`` will give it."""
+        pad_id = int(prompts.meta_info["pad_token_id"])
+        rows = self._to_batch(prompts.select_idxs([row]), [output], 1, pad_id, 0)
+        rows.non_tensor_batch.pop(AGENT_LOOP_METRICS)
+        emit_trajectories(sink, prompts.non_tensor_batch[TRAJECTORY_ID][row : row + 1], sample, rows)
 
     def _check_output(self, agent_loop, output) -> None:
         name = type(agent_loop).__name__

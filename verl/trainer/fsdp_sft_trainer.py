@@ -329,7 +329,9 @@ class FSDPSFTTrainer:
                 if self.sp_size > 1:
                     ids_rmpad, pos_rmpad, pad = ulysses_pad_and_slice_inputs(ids_rmpad, pos_rmpad, self.sp_size)
                     labels_rmpad, _, _ = ulysses_pad_and_slice_inputs(labels_rmpad, None, self.sp_size)
-                kwargs = packed_forward_kwargs(self.fsdp_model, pos_rmpad, torch.float32)
+                kwargs = packed_forward_kwargs(
+                    self.fsdp_model, pos_rmpad, torch.float32, sequence_parallel=self.sp_size > 1
+                )
                 logits = self.fsdp_model(input_ids=ids_rmpad, **kwargs).logits[0]
                 token_loss = F.cross_entropy(logits.float(), labels_rmpad[0], reduction="none")
                 if self.sp_size > 1:

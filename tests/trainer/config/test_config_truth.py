@@ -128,7 +128,7 @@ NOT_READ_HERE: dict[str, str] = {
     "reward_model.truncation": "re-templating for the RM's own tokenizer (" + _RM_TEMPLATE + ")",
     **{
         f"reward_model.{key}": _SERVED
-        for key in ("enable_resource_pool", "n_gpus_per_node", "nnodes", "rollout.*", "reward_combine.*")
+        for key in ("enable_resource_pool", "n_gpus_per_node", "nnodes", "rollout.*", "reward_combine.*", "judge.path")
     },
 }
 # read only by the vLLM run: excused (covered by tests/workers/rollout/test_vllm_*.py) where vllm is not installed
@@ -357,14 +357,9 @@ def base_config(tmp_path_factory):
     return config
 
 
-# settings a switch needs to be checkable at all (enabling the reward model needs a model and a micro batch; the
-# Megatron engine on 2 data-parallel CPU ranks needs verl's distributed optimizer off, which the check asks for)
+# settings a switch needs to be checkable at all (enabling the reward model needs a model and a micro batch)
 COMPANIONS = {
     "reward_model.enable": {"reward_model.micro_batch_size_per_gpu": 2},
-    f"{A}.strategy=megatron": {
-        f"{A}.megatron.use_distributed_optimizer": False,
-        "critic.megatron.use_distributed_optimizer": False,
-    },
 }
 
 

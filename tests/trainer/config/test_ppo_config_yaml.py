@@ -170,6 +170,8 @@ EXPECTED_PPO = {
         "run_report": True,
         # Ours: steps in a row with a skipped non-finite update or reward before the run stops.
         "max_consecutive_nonfinite": 3,
+        # Ours: a failed checkpoint save stops the run (or, with continue, is warned about).
+        "on_save_error": "stop",
         # Ours: the watchdog's deadlines (seconds) of worker-group calls.
         "watchdog_timeout_s": 3600,
         "watchdog_phase_timeout_s": {
@@ -204,7 +206,8 @@ CODE_DEFAULT_KEYS = {
     "reward_model.use_reward_loop": False, "reward_model.enable_resource_pool": False,
     "reward_model.n_gpus_per_node": 0, "reward_model.nnodes": 0, "reward_model.num_workers": 8,
     "reward_model.rollout": {"name": None, "dtype": "bfloat16", "tensor_model_parallel_size": 2,
-                             "prompt_length": 2048, "response_length": 2048},
+                             "prompt_length": 2048, "response_length": 2048, "gpu_memory_utilization": 0.5},
+    "reward_model.judge": {"path": None},
     "reward_model.reward_sources": [], "reward_model.reward_combine": {"path": None, "name": "combine"},
     "algorithm.filter_groups": {"enable": False, "metric": None, "max_num_gen_batches": 0},
     "algorithm.rollout_correction": {

@@ -60,6 +60,16 @@ def test_streamed_rewards_equal_the_batch_path(tokenizer, make_batch, score_fn):
     loop.close()
 
 
+def test_num_examine_prints_per_step_not_per_chunk(tokenizer, make_batch, capsys):  # noqa: F811
+    rows = make_batch([f"p{i}" for i in range(6)], ["1"] * 6, ["1"] * 6, data_sources=["a", "b"] * 3)
+    loop = RewardLoop(NaiveRewardManager(tokenizer, 1, compute_score=exact))  # one sample per data source
+    for _step in range(2):
+        batch = loop.generate(rows, {}, lambda prompts, timing: prompts, chunk_prompts=2)  # 3 chunks of a and b
+        loop.pending(batch.non_tensor_batch.pop(ROW_KEY)).result()
+    assert capsys.readouterr().out.count("[prompt]") == 2 * 2  # per step: one of "a", one of "b"
+    loop.close()
+
+
 def test_rows_never_submitted_are_refused(tokenizer, make_batch):  # noqa: F811
     loop = RewardLoop(NaiveRewardManager(tokenizer, 0, compute_score=exact))
     ids = loop.submit(make_batch(["a", "b"], ["1", "2"], ["1", "2"]))
@@ -100,6 +110,58 @@ def test_scoring_overlaps_the_generation_of_the_next_chunks(tokenizer, make_batc
     loop.close()
 
 
+@pytest.mark.parametrize("remote", [False, True], ids=["in_process", "ray_worker"])
+def test_trajectories_handed_over_one_by_one_are_scored_as_they_arrive(tokenizer, make_batch, remote, request):  # noqa: F811
+    """The rollout side of per-trajectory scoring (agent loops, vLLM) through the sink, in this process or from a
+    Ray worker (a Ray queue): the rewards equal the batch path's, in any row order, and scoring starts before the
+    generation call returns."""
+    from verl.workers.rollout.base import TRAJECTORY_ID, TRAJECTORY_SINK
+
+    def play_trajectories(sink, first_ids, rows: DataProto, n: int, delay_s: float) -> None:
+        """A rollout handing over each prompt's ``n`` trajectories (``rows``, interleaved), last prompt first, one
+        prompt every ``delay_s`` seconds (defined here: a Ray worker gets it by value)."""
+        import time
+
+        from verl.workers.rollout.base import emit_trajectories
+
+        for prompt in reversed(range(len(first_ids))):
+            time.sleep(delay_s)
+            for sample in range(n):
+                row = prompt * n + sample
+                emit_trajectories(sink, first_ids[prompt : prompt + 1], sample, rows[row : row + 1])
+
+    n, responses = 2, ["12", "7", "333", "3", "5", "8", "44", "1"]
+    truths = ["12", "12", "333", "333", "5", "5", "4", "4"]  # one ground truth per prompt
+    full = make_batch([f"p{i // n}" for i in range(8)], responses, truths)
+    prompt_columns = ("data_source", "reward_model")  # the trainer's rows of the prompts (generation inputs popped)
+    prompts = DataProto.from_dict(non_tensors={k: full.non_tensor_batch[k][::n] for k in prompt_columns})
+    gen_prompts = DataProto.from_dict(tensors={"input_ids": full.batch["prompts"][::n]})
+    generated = DataProto(batch=full.batch, non_tensor_batch={"extra_info": full.non_tensor_batch["extra_info"]})
+
+    loop = RewardLoop(NaiveRewardManager(tokenizer, 0, compute_score=exact), remote=remote)
+    ids = loop.open_stream(prompts, gen_prompts, n, lambda p, g, out: p.union(out))
+    sink, first_ids = gen_prompts.meta_info[TRAJECTORY_SINK], gen_prompts.non_tensor_batch[TRAJECTORY_ID]
+    assert first_ids.tolist() == [0, 2, 4, 6] and ids.tolist() == list(range(8))
+    if remote:
+        ray = request.getfixturevalue("ray_cluster")
+        ray.get(ray.remote(num_cpus=0)(play_trajectories).remote(sink, first_ids, generated, n, 0.2))
+    else:
+        play_trajectories(sink, first_ids, generated, n, 0.2)
+    loop.close_stream(gen_prompts)
+    assert TRAJECTORY_SINK not in gen_prompts.meta_info and TRAJECTORY_ID not in gen_prompts.non_tensor_batch
+
+    order = np.array([5, 0, 7, 2, 1, 6, 3, 4])
+    pending = loop.pending(ids[order])
+    reward, extra = pending.result()
+    expected, expected_extra = compute_reward(full.select_idxs(order), NaiveRewardManager(tokenizer, 0, exact))
+    assert torch.equal(reward, expected) and extra == expected_extra
+    assert reward.sum(-1).tolist() == [float(responses[i] == truths[i]) for i in order]
+    metrics = pending.metrics()
+    # the last prompt's trajectories arrived 0.6 s before the call returned
+    assert metrics["reward_loop/scored_during_generation"] >= 2, metrics
+    loop.close()
+
+
 def test_generation_is_cut_only_where_the_rollout_generates_in_micro_batches():
     def rollout(**values):
         return PPOConfig.from_config({"actor_rollout_ref": {"rollout": values}}).actor_rollout_ref.rollout
@@ -121,7 +183,10 @@ async def compute_score(data_source, solution_str, ground_truth, extra_info=None
 """
 
 
-def test_grpo_scores_through_the_reward_loop(tmp_path):
+@pytest.mark.parametrize("rollout", ["hf_chunks", "agent_loop"])
+def test_grpo_scores_through_the_reward_loop(tmp_path, rollout):
+    """``hf_chunks``: the single-turn HF rollout, scored per generated micro batch; ``agent_loop``:
+    ``rollout.mode=async`` (the single-turn agent loop on the HF engine), scored per trajectory through the sink."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     class RecordingTrainer(RayPPOTrainer):
@@ -145,9 +210,15 @@ def test_grpo_scores_through_the_reward_loop(tmp_path):
         f"custom_reward_function.path={rule}",
         "reward_model.use_reward_loop=True",
     ]
+    if rollout == "agent_loop":
+        overrides += ["actor_rollout_ref.rollout.mode=async", "data.return_raw_chat=True"]
     trainer = fit_demo_inprocess(overrides, RecordingTrainer)
     assert len(trainer.steps) == 2
     for metrics, same_as_batch_path in trainer.steps:
         assert same_as_batch_path
-        assert metrics["reward_loop/chunks"] == 2  # 4 prompts, 2 per generated chunk
+        if rollout == "hf_chunks":
+            assert metrics["reward_loop/chunks"] == 2  # 4 prompts, 2 per generated chunk
+        else:  # trajectories arrive as their (batched) turns finish; scored in groups of whatever has arrived
+            assert 1 <= metrics["reward_loop/chunks"] <= 16
+            assert 0 <= metrics["reward_loop/scored_during_generation"] <= 16
         assert 0.0 <= metrics["critic/score/mean"] <= 1.0 and metrics["reward/failed_calls"] == 0

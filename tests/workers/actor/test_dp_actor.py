@@ -168,6 +168,28 @@ def test_remove_padding_equals_padded():
     torch.testing.assert_close(ent_a[m], ent_b[m], rtol=1e-5, atol=1e-5)
 
 
+def test_remove_padding_equals_padded_on_full_length_rows_with_the_per_sequence_attention(monkeypatch):
+    # every response at the limit and prompts of one length: the packed row is runs of equal-length sequences,
+    # attended per sequence (never over the whole row), and the lm-head runs on the response positions only
+    model = tiny_lm()
+    data = rollout_batch()
+    data.batch["attention_mask"][:] = 1
+    data.batch["position_ids"] = compute_position_id_with_mask(data.batch["attention_mask"])
+    data = log_prob_meta(data, micro_batch_size=3)
+    lp_a, ent_a = DataParallelPPOActor(actor_config(), model).compute_log_prob(data, calculate_entropy=True)
+    lengths, head_rows = [], []
+    sdpa, head = F.scaled_dot_product_attention, model.lm_head.forward
+    monkeypatch.setattr(
+        F, "scaled_dot_product_attention", lambda q, *a, **k: lengths.append(q.shape[-2]) or sdpa(q, *a, **k)
+    )
+    monkeypatch.setattr(model.lm_head, "forward", lambda h: head_rows.append(h.shape[-2]) or head(h))
+    packed = DataParallelPPOActor(actor_config(use_remove_padding=True), model)
+    lp_b, ent_b = packed.compute_log_prob(data, calculate_entropy=True)
+    assert set(lengths) == {P + T} and head_rows == [3 * T, 3 * T]
+    torch.testing.assert_close(lp_a, lp_b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent_a, ent_b, rtol=1e-5, atol=1e-5)
+
+
 def test_dynamic_bsz_equals_fixed_bsz():
     model = tiny_lm()
     actor = DataParallelPPOActor(actor_config(), model)

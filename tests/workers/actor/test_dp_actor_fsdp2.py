@@ -32,6 +32,9 @@ def _worker(rank: int, out_path: str, fused: bool):
     # The worker normalises the mini batch to per-rank samples: 6 rows over 2 ranks -> 3.
     config = actor_config(ppo_mini_batch_size=B // WORLD, use_fused_kernels=fused, **CONFIG)
     actor = DataParallelPPOActor(config, model, opt)
+    # on CPU the ranks gather once per mini batch and log-prob pass, and reduce once per mini batch: the update
+    # below accumulates 3 micro batches that way and must still equal the single process's
+    assert actor.engine._few_collectives and actor.engine._accumulation is not None
     shard = rollout_batch().chunk(WORLD)[rank]
     data = log_prob_meta(shard, use_dynamic_bsz=True, max_token_len=11)
     log_probs, _ = actor.compute_log_prob(data)

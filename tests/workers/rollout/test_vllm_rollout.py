@@ -208,6 +208,52 @@ def test_sampling_n_interleaved_non_tensors_and_validate(engine, tokenizer):
         rollout.generate_sequences(bad)
 
 
+def test_each_prompt_reaches_the_reward_loop_sink_as_it_finishes(engine, tokenizer, monkeypatch):
+    """With the reward loop's sink (``TRAJECTORY_SINK``) the output is the same, and each prompt's samples are handed
+    over, as the output will hold them, at the engine step where the last of them finishes."""
+    from verl.workers.rollout.base import TRAJECTORY_ID, TRAJECTORY_SINK
+
+    rollout, manager = engine
+    llm_engine = type(rollout.inference_engine.llm_engine)
+    steps = []
+    engine_step = llm_engine.step
+    monkeypatch.setattr(llm_engine, "step", lambda self: steps.append(1) or engine_step(self))
+
+    class Sink:
+        def __init__(self):
+            self.items = []
+
+        def put(self, item):
+            self.items.append((len(steps), *item))
+
+    with manager:
+        plain = rollout.generate_sequences(make_prompts(tokenizer, do_sample=False))
+        eos = int(plain.batch["responses"][0, 1])  # row 0 stops after two tokens, the others run longer
+        plain = rollout.generate_sequences(make_prompts(tokenizer, eos=eos, do_sample=False))
+        for n in (1, 2):
+            prompts = make_prompts(tokenizer, eos=eos, do_sample=n > 1)
+            prompts.non_tensor_batch[TRAJECTORY_ID] = np.array([100, 200, 300])
+            prompts.meta_info[TRAJECTORY_SINK] = sink = Sink()
+            steps.clear()
+            with rollout.update_sampling_params(n=n):
+                out = rollout.generate_sequences(prompts)
+            if n == 1:  # greedy: the sink changes nothing
+                for key in plain.batch.keys():
+                    assert torch.equal(out.batch[key], plain.batch[key]), key
+            handed = {}
+            for step, ids, rows in sink.items:
+                assert len(rows) == n and TRAJECTORY_ID not in rows.non_tensor_batch
+                for local, trajectory in enumerate(ids.tolist()):
+                    handed[trajectory] = (step, rows[local : local + 1])
+            expected = [base + sample for base in (100, 200, 300) for sample in range(n)]
+            assert sorted(handed) == expected
+            for index, trajectory in enumerate(expected):
+                for key, value in handed[trajectory][1].batch.items():
+                    assert torch.equal(value[0], out.batch[key][index]), (n, key)
+            if n == 1:  # row 0 was handed over while the others were still generating
+                assert handed[100][0] < len(steps), (handed[100][0], len(steps))
+
+
 def test_hand_off_after_update_and_log_probs(engine, hf_model, tokenizer):
     rollout, manager = engine
     prompts = make_prompts(tokenizer, do_sample=False)

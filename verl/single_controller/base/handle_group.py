@@ -91,6 +91,12 @@ class HandleWorkerGroup(WorkerGroup):
         deadline for ``phase``; raises :class:`~verl.single_controller.base.watchdog.WorkerGroupTimeout` past it."""
         raise NotImplementedError
 
+    def _start_with_deadline(self, phase: str, start):
+        """``start()`` of a non-blocking call (what is pending), the watchdog's deadline for ``phase`` counting from
+        now and enforced when the driver waits for it (``DataProtoFuture.get``, ``resolve_result``). The in-process
+        group has none: its calls all block (they run in the driver)."""
+        raise NotImplementedError
+
     def set_watchdog(self, watchdog) -> None:
         """Give this group's blocking calls the deadlines of ``watchdog`` (a
         :class:`~verl.single_controller.base.watchdog.Watchdog`; None removes them)."""

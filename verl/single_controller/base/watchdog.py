@@ -35,7 +35,10 @@ __all__ = [
     "WorkerLostError",
     "host_memory_summary",
     "install_stack_dump_handler",
+    "memory_file_path",
+    "memory_report",
     "stack_file_path",
+    "start_memory_heartbeat",
     "where_stuck",
 ]
 
@@ -43,6 +46,8 @@ STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 INTERRUPT_SIGNAL = getattr(signal, "SIGUSR2", None)
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _installed_file = None
+_heartbeat: threading.Thread | None = None
+MEMORY_HEARTBEAT_S = 1.0
 
 
 class WorkerGroupTimeout(TimeoutError):
@@ -68,6 +73,7 @@ class WorkerLostError(RuntimeError):
     """A worker process died during a group call (killed by the OS or Ray's memory monitor, or crashed)."""
 
     def __init__(self, role: str, phase: str, ranks: list[int], cause: str, memory: str, hints: list[str]) -> None:
+        # memory: what :func:`memory_report` said on the lost worker's node (or the driver's host, when unknown)
         who = f"rank {', '.join(map(str, ranks))}" if ranks else "a worker"
         if any(word in cause.lower() for word in ("memory", "oom")):
             reason = "it was killed for memory (the OS's OOM killer or Ray's memory monitor)"
@@ -75,14 +81,13 @@ class WorkerLostError(RuntimeError):
             reason = "the process died or was killed (the OS's OOM killer ends a process the same way)"
         lower = f" Settings that lower the memory of '{phase}': {', '.join(hints)}." if hints else ""
         super().__init__(
-            f"{role} worker {who} was lost during '{phase}': {reason}. Host memory now: {memory}.{lower} "
-            f"Ray said: {cause}"
+            f"{role} worker {who} was lost during '{phase}': {reason}. Memory {memory}.{lower} Ray said: {cause}"
         )
         self.role, self.phase, self.ranks, self.memory, self.hints = role, phase, ranks, memory, hints
 
 
 def host_memory_summary() -> str:
-    """``used X of Y GiB (Z%)`` of this host's memory (the driver's: usually the workers' on one node)."""
+    """``used X of Y GiB (Z%)`` of this host's memory."""
     try:
         import psutil
 
@@ -98,6 +103,92 @@ def host_memory_summary() -> str:
     used = total - available
     gib = 1024**3
     return f"used {used / gib:.1f} of {total / gib:.1f} GiB ({100 * used / max(total, 1):.0f}%)"
+
+
+def memory_file_path(pid: int | None = None) -> str:
+    """Where the worker process ``pid`` keeps its last memory sample (:func:`start_memory_heartbeat`)."""
+    return os.path.join(tempfile.gettempdir(), "verl_stacks", f"{os.getpid() if pid is None else pid}.mem.json")
+
+
+def start_memory_heartbeat(interval_s: float = MEMORY_HEARTBEAT_S) -> str:
+    """In a worker process: every ``interval_s`` write this host's memory and this process's resident memory to
+    :func:`memory_file_path` (once per process), so that a worker killed for memory leaves a sample taken on its own
+    node just before; the driver reads it there (:func:`memory_report`). Returns the file."""
+    global _heartbeat
+    path = memory_file_path()
+    if _heartbeat is None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        remove_stale_memory_files(os.path.dirname(path))
+        _heartbeat = threading.Thread(target=_beat, args=(path, interval_s), name="verl-memory-heartbeat", daemon=True)
+        _heartbeat.start()
+        atexit.register(_remove_quietly, path)
+    return path
+
+
+def remove_stale_memory_files(folder: str, older_than_s: float = 600.0) -> list[str]:
+    """Remove heartbeat files not rewritten for ``older_than_s`` (a live worker's is rewritten every second): those
+    of workers killed without a report (``ray.kill``, the end of a cluster). Returns what was removed."""
+    removed = []
+    now = time.time()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if name.endswith(".mem.json") and now - os.path.getmtime(path) > older_than_s:
+                os.remove(path)
+                removed.append(path)
+        except OSError:  # another worker removed it first
+            continue
+    return removed
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _beat(path: str, interval_s: float) -> None:
+    import json
+    import socket
+
+    host = socket.gethostname()
+    while True:
+        sample = {"time": time.time(), "host": host, "memory": host_memory_summary(), "rss": _resident_bytes()}
+        try:
+            with open(path + ".tmp", "w") as f:
+                json.dump(sample, f)
+            os.replace(path + ".tmp", path)  # a reader never sees half a sample
+        except OSError:
+            pass
+        time.sleep(interval_s)
+
+
+def memory_report(pid: int, remove: bool = True) -> str:
+    """Run on a worker's node: ``on <host>: used X of Y GiB (Z%) now; at the last sample of worker <pid>, Ns before
+    it was lost: ... , its resident memory R GiB`` (the heartbeat's file is removed: its process is gone)."""
+    import json
+    import socket
+
+    now = f"on {socket.gethostname()}: {host_memory_summary()} now"
+    path = memory_file_path(pid)
+    try:
+        with open(path) as f:
+            sample = json.load(f)
+        if remove:
+            _remove_quietly(path)
+    except (OSError, ValueError):
+        return f"{now} (no earlier sample of worker process {pid})"
+    age = max(0.0, time.time() - sample["time"])
+    return (
+        f"{now}; at the last sample of worker process {pid}, {age:.1f}s before it was lost: {sample['memory']}, "
+        f"the worker's resident memory {sample['rss'] / 1024**3:.2f} GiB"
+    )
 
 
 def stack_file_path(pid: int | None = None) -> str:

@@ -139,9 +139,10 @@ class Worker(WorkerHelper):
         os.environ["REDIS_STORE_SERVER_HOST"] = str(self._master_addr).replace("[", "").replace("]", "")
         self.fused_worker_dict: dict = {}
         if os.getenv("WG_BACKEND") == "ray":  # a process of its own: the driver's watchdog may ask for its stacks
-            from verl.single_controller.base.watchdog import install_stack_dump_handler
+            from verl.single_controller.base.watchdog import install_stack_dump_handler, start_memory_heartbeat
 
             self._stack_file = install_stack_dump_handler()
+            start_memory_heartbeat()  # the memory of this worker's node, for a report if the OS kills it
 
     def watchdog_process_info(self) -> tuple[str | None, int, str | None]:
         """``(Ray node id, pid, stack file)`` of this worker, for the driver's watchdog (a plain actor method)."""

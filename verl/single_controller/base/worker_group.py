@@ -162,8 +162,12 @@ def make_group_method(worker_group, method_name: str, dispatch_fn, collect_fn, e
         padding_count = kwargs.pop(_padding_size_key, 0)
         watchdog = getattr(worker_group, "watchdog", None)
         phase = worker_group.phase_name(method_name) if watchdog is not None else method_name
-        if blocking and watchdog is not None and watchdog.deadline(phase):
-            output = worker_group._run_with_deadline(phase, lambda: execute_fn(method_name, *args, **kwargs))
+        if watchdog is not None and watchdog.deadline(phase):
+            start = lambda: execute_fn(method_name, *args, **kwargs)  # noqa: E731
+            if blocking:
+                output = worker_group._run_with_deadline(phase, start)
+            else:  # the deadline runs from now and is enforced where the driver waits for the result
+                output = worker_group._start_with_deadline(phase, start)
         else:
             output = execute_fn(method_name, *args, **kwargs)
             if blocking:

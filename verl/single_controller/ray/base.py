@@ -60,6 +60,25 @@ def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, block
     return make_group_method(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking, resolve=resolve)
 
 
+class PendingCall(list):
+    """The ObjectRefs of a non-blocking worker-group call under a watchdog: a plain list of them (``ray.get`` takes
+    it, as in verl), whose :meth:`wait` gives their values within the call's deadline (counted from when it was
+    issued) with the reports of a blocking call: :class:`WorkerGroupTimeout` with every worker's stacks, or
+    :class:`WorkerLostError`. ``DataProtoFuture.get`` and ``resolve_result`` wait through it. Pickled (sent to a
+    worker inside a DataProtoFuture argument) it is a plain list."""
+
+    def __init__(self, refs: list, group: RayWorkerGroup, phase: str, deadline_at: float) -> None:
+        super().__init__(refs)
+        self.group, self.phase, self.deadline_at = group, phase, deadline_at
+
+    def wait(self) -> list:
+        """The values of the refs, in order."""
+        return self.group._wait_reporting(self.phase, list(self), self.deadline_at)
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+
 def _request_stacks(pid: int, path: str, signum: int, wait_s: float = 1.0) -> str:
     """On the worker's node: empty its stack file, signal it to write its stacks, and return what it wrote."""
     with open(path, "w"):
@@ -381,34 +400,73 @@ class RayWorkerGroup(HandleWorkerGroup):
         import ray
 
         super().set_watchdog(watchdog)
-        if watchdog is not None:
+        if watchdog is not None and not getattr(self, "_worker_processes", None):  # a group's processes stay put
             timeout = watchdog.deadline("init_model") or None
             refs = [w.watchdog_process_info.remote() for w in self._workers]
             self._worker_processes = ray.get(refs, timeout=timeout)
 
-    def _run_with_deadline(self, phase: str, start):
-        import ray
-
+    def _start_with_deadline(self, phase: str, start):
+        issued = time.monotonic()
         pending = start()
-        refs = pending if isinstance(pending, list) else [pending]
-        _, not_ready = ray.wait(refs, num_returns=len(refs), timeout=self.watchdog.deadline(phase))
-        if not_ready:
-            stuck = [i for i, ref in enumerate(refs) if ref in not_ready]
-            raise self.watchdog.timed_out(phase, stuck, self._collect_stacks())
-        return self._get_reporting_loss(phase, pending)
+        if not isinstance(pending, list):  # one ref (a rank-zero call) stays one: verl's callers expect an ObjectRef
+            return pending
+        return PendingCall(pending, self, phase, issued + self.watchdog.deadline(phase))
+
+    def _run_with_deadline(self, phase: str, start):
+        issued = time.monotonic()
+        return self._wait_reporting(phase, start(), issued + self.watchdog.deadline(phase))
 
     def _get_reporting_loss(self, phase: str, pending):
         """``ray.get(pending)``; a worker that died turns into :class:`WorkerLostError` naming the role, the phase,
-        the host's memory and (with a watchdog) the settings that lower the phase's memory."""
+        the memory of the worker's node and (with a watchdog) the settings that lower the phase's memory."""
+        return self._wait_reporting(phase, pending, None)
+
+    def _wait_reporting(self, phase: str, pending, deadline_at: float | None):
+        """The value(s) of ``pending`` (one ObjectRef or a list), waiting until ``deadline_at`` (``time.monotonic``;
+        None: no deadline). Past it: :class:`WorkerGroupTimeout` with every worker's stacks. A worker that died:
+        :class:`WorkerLostError`, also when a peer's error (a collective that lost its peer) arrived first."""
         import ray
 
-        try:
-            return ray.get(pending)
-        except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as e:
-            raise self._worker_lost(phase, e) from e
+        refs = pending if isinstance(pending, list) else [pending]
+        values, remaining = {}, list(refs)
+        while remaining:
+            timeout = None if deadline_at is None else max(0.0, deadline_at - time.monotonic())
+            ready, remaining = ray.wait(remaining, num_returns=1, timeout=timeout)
+            if not ready:
+                stuck = [i for i, ref in enumerate(refs) if ref in remaining]
+                raise self.watchdog.timed_out(phase, stuck, self._collect_stacks())
+            for ref in ready:
+                try:
+                    values[ref] = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as e:
+                    raise self._worker_lost(phase, e) from e
+                except ray.exceptions.RayTaskError as e:
+                    lost = self._lost_peer(remaining)
+                    if lost is not None:
+                        raise self._worker_lost(phase, lost) from e
+                    raise
+        return [values[ref] for ref in refs] if isinstance(pending, list) else values[refs[0]]
+
+    def _lost_peer(self, refs, wait_s: float = 10.0):
+        """The RayActorError of a worker among ``refs`` that died (waiting up to ``wait_s`` for Ray to notice), or
+        None: when one rank fails in a collective because a peer was killed, the peer is the news."""
+        import ray
+
+        deadline = time.monotonic() + wait_s
+        remaining = list(refs)
+        while remaining and time.monotonic() < deadline:
+            ready, remaining = ray.wait(remaining, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as e:
+                    return e
+                except Exception:
+                    continue
+        return None
 
     def _worker_lost(self, phase: str, error: Exception):
-        from verl.single_controller.base.watchdog import WorkerLostError, host_memory_summary
+        from verl.single_controller.base.watchdog import WorkerLostError
 
         actor_id = getattr(error, "actor_id", None)
         ranks = [i for i, w in enumerate(self._workers) if actor_id and w._actor_id.hex() == actor_id]
@@ -417,7 +475,31 @@ class RayWorkerGroup(HandleWorkerGroup):
             role = self._user_class_name(self.ray_cls_with_init) if self.ray_cls_with_init is not None else "a"
         hints = list((self.watchdog.memory_hints if self.watchdog is not None else {}).get(phase, []))
         cause = " ".join(str(error).split())[:600]
-        return WorkerLostError(role, phase, ranks, cause, host_memory_summary(), hints)
+        return WorkerLostError(role, phase, ranks, cause, self._memory_of(ranks), hints)
+
+    def _memory_of(self, ranks: list[int], via_node_task: bool = False) -> str:
+        """The memory of the node the first of ``ranks`` ran on, with the worker's last heartbeat sample: read here on
+        the driver's node, else by a zero-CPU task pinned to the worker's; the driver's host when the worker's node is
+        not known or does not answer."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from verl.single_controller.base.watchdog import host_memory_summary, memory_report
+
+        processes = getattr(self, "_worker_processes", None) or []
+        if ranks and ranks[0] < len(processes) and processes[ranks[0]][0] is not None:
+            node_id, pid, _ = processes[ranks[0]]
+            if node_id == ray.get_runtime_context().get_node_id() and not via_node_task:  # the driver's node
+                return f"of the worker's node {node_id[:8]} {memory_report(pid)}"
+            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+            try:
+                report = ray.remote(num_cpus=0)(memory_report).options(scheduling_strategy=strategy).remote(pid)
+                return f"of the worker's node {node_id[:8]} {ray.get(report, timeout=30)}"
+            except Exception as e:  # the node itself is gone: say so and fall back to the driver's host
+                return f"of the worker's node {node_id[:8]}: unknown ({type(e).__name__}); the driver's host: " + (
+                    host_memory_summary()
+                )
+        return f"of the driver's host (the worker's node is unknown): {host_memory_summary()}"
 
     def _collect_stacks(self, via_node_tasks: bool = False) -> dict[int, str]:
         """Every worker's Python stacks (all threads); ``{rank: text}``. A worker on another node (on any node with

@@ -13,6 +13,7 @@ __all__ = [
     "OverlongBufferConfig",
     "RewardCombineConfig",
     "RewardModelConfig",
+    "RewardJudgeConfig",
     "RewardModelRolloutConfig",
     "RewardSourceConfig",
     "SandboxFusionConfig",
@@ -50,6 +51,15 @@ class RewardModelRolloutConfig(BaseConfig):
     tensor_model_parallel_size: int = 2
     prompt_length: int = 2048
     response_length: int = 2048
+    gpu_memory_utilization: float = 0.5
+
+
+@dataclass
+class RewardJudgeConfig(BaseConfig):
+    """`reward_model.judge` (ours): the served generative judge's own model, so that `reward_model.model.path` can be
+    a discriminative reward model served beside it (verl has one path for both)."""
+
+    path: str | None = None
 
 
 @dataclass
@@ -106,5 +116,6 @@ class RewardModelConfig(BaseConfig):
     nnodes: int = 0
     num_workers: int = 8
     rollout: RewardModelRolloutConfig = field(default_factory=RewardModelRolloutConfig)
+    judge: RewardJudgeConfig = field(default_factory=RewardJudgeConfig)
     reward_sources: list[RewardSourceConfig] = field(default_factory=list)
     reward_combine: RewardCombineConfig = field(default_factory=RewardCombineConfig)

@@ -77,6 +77,8 @@ class TrainerConfig(BaseConfig):
     watchdog_phase_timeout_s: dict = field(default_factory=lambda: dict(_WATCHDOG_PHASES))
     # ours: stop after this many steps in a row with a skipped non-finite update or reward (0: never)
     max_consecutive_nonfinite: int = 3
+    # ours: a failed checkpoint save stops the run (stop) or is warned about and skipped (continue)
+    on_save_error: str = "stop"
     remove_previous_ckpt_in_save: bool = False
 
     @property

@@ -13,6 +13,7 @@ import shutil
 
 import torch
 
+from verl.single_controller.base.watchdog import WorkerGroupTimeout, WorkerLostError
 from verl.trainer.config import TrainerConfig
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,9 @@ class TrainerCheckpointer:
             torch.save(train_dataloader.state_dict(), os.path.join(staging, "data.pt"))
             publish_checkpoint(staging, final, metadata={"global_step": step})
             write_tracker(self.root, step)
+        except (WorkerLostError, WorkerGroupTimeout):  # a dead or hung worker, not the disk: its own report says so
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         except Exception as e:
             shutil.rmtree(staging, ignore_errors=True)
             raise CheckpointSaveError(step, final, self.root, e) from e

@@ -23,7 +23,7 @@ from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, Ra
 from verl.single_controller.ray.base import create_colocated_worker_cls
 from verl.trainer.config import PPOConfig
 from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.checkpointing import TrainerCheckpointer
+from verl.trainer.ppo.checkpointing import CheckpointSaveError, TrainerCheckpointer
 from verl.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage, compute_response_mask
 from verl.trainer.ppo.losses import agg_loss
 from verl.trainer.ppo.metric_utils import (
@@ -35,7 +35,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.mfu import PhaseMFU
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
 from verl.trainer.ppo.reward import PendingReward, compute_reward, reward_source_metrics, submit_reward
-from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts
+from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts, streams_trajectories
 from verl.trainer.ppo.rollout_corr_helper import (
     compute_token_version_metrics,
     rollout_correction,
@@ -311,11 +311,14 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------------ phases
     def _generate(self, batch: DataProto, timing_raw: dict) -> DataProto:
         """Sample ``rollout.n`` responses per prompt and merge them (interleaved) into the repeated batch; with the
-        reward loop (``reward_model.use_reward_loop``) each generated chunk is scored as it finishes."""
+        reward loop (``reward_model.use_reward_loop``) each trajectory (agent loops, vLLM) or generated chunk (HF) is
+        scored as it finishes."""
         reward_loop = self._reward_loop()
         if reward_loop is None:
             return self._generate_once(batch, timing_raw)
         rollout = self.ppo_config.actor_rollout_ref.rollout
+        if streams_trajectories(rollout):
+            return self._generate_once(batch, timing_raw, reward_loop)
         chunk = generation_chunk_prompts(rollout, self.rollout_wg.world_size, len(batch))
         return reward_loop.generate(batch, timing_raw, self._generate_once, chunk)
 
@@ -325,31 +328,50 @@ class RayPPOTrainer:
         if not self.ppo_config.reward_model.use_reward_loop or self.use_rm or self.reward_fn is None:
             return None
         if getattr(self, "_reward_loop_instance", None) is None:
-            self._reward_loop_instance = RewardLoop(self.reward_fn)
+            from verl.single_controller.inprocess import InProcessWorkerGroup
+
+            remote = not isinstance(self.rollout_wg, InProcessWorkerGroup)  # Ray workers reach it through a Ray queue
+            self._reward_loop_instance = RewardLoop(self.reward_fn, remote=remote)
         return self._reward_loop_instance
 
-    def _generate_once(self, batch: DataProto, timing_raw: dict) -> DataProto:
-        """`_generate` in one call to the rollout workers."""
+    def _generate_once(self, batch: DataProto, timing_raw: dict, stream: RewardLoop | None = None) -> DataProto:
+        """`_generate` in one call to the rollout workers; with ``stream`` the rollout hands each trajectory to that
+        reward loop as it finishes."""
         gen_batch = self._pop_generation_inputs(batch)
         gen_batch.meta_info["global_steps"] = self.global_steps
         self._sync_rollout_weights(timing_raw)
-        with marked_timer("gen", timing_raw):
-            gen_output = pop_worker_timing(self.rollout_wg.generate_sequences(gen_batch), timing_raw)
+        if stream is not None:
+            n = self.ppo_config.actor_rollout_ref.rollout.n
+            ids = stream.open_stream(batch, gen_batch, n, lambda p, g, out: self._merge_generation(p, g, out, 1))
+        try:
+            with marked_timer("gen", timing_raw):
+                gen_output = pop_worker_timing(self.rollout_wg.generate_sequences(gen_batch), timing_raw)
+        finally:
+            if stream is not None:
+                stream.close_stream(gen_batch)
         if self.ppo_config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
             with marked_timer("gen_max", timing_raw):
                 batch.batch["reward_baselines"] = self._greedy_baseline(batch, gen_batch)
-        return self._merge_generation(batch, gen_batch, gen_output)
+        batch = self._merge_generation(batch, gen_batch, gen_output)
+        if stream is not None:
+            if len(ids) != len(batch):
+                raise RuntimeError(f"the rollout returned {len(batch)} rows for {len(ids)} expected trajectories")
+            batch.non_tensor_batch[ROW_KEY] = ids
+        return batch
 
-    def _merge_generation(self, batch: DataProto, gen_batch: DataProto, gen_output: DataProto) -> DataProto:
-        """The prompts' batch, repeated ``rollout.n`` times (interleaved), with ``gen_output`` (the responses to
-        ``gen_batch``, popped from it) and a ``uid`` per prompt."""
+    def _merge_generation(
+        self, batch: DataProto, gen_batch: DataProto, gen_output: DataProto, repeat: int | None = None
+    ) -> DataProto:
+        """The prompts' batch, repeated ``repeat`` (default ``rollout.n``) times (interleaved), with ``gen_output``
+        (the responses to ``gen_batch``, popped from it) and a ``uid`` per prompt."""
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         # per-prompt values the rollout did not hand back (the HF rollout returns tensors only) stay with the batch,
         # e.g. raw_prompt for a reward model that re-applies its own chat template
         for key, value in gen_batch.non_tensor_batch.items():
             if key not in gen_output.non_tensor_batch and key != "raw_prompt_ids":
                 batch.non_tensor_batch[key] = value
-        batch = batch.repeat(repeat_times=self.ppo_config.actor_rollout_ref.rollout.n, interleave=True)
+        n = self.ppo_config.actor_rollout_ref.rollout.n if repeat is None else repeat
+        batch = batch.repeat(repeat_times=n, interleave=True)
         batch = batch.union(gen_output)
         batch.batch["response_mask"] = compute_response_mask(batch)
         return batch
@@ -723,6 +745,8 @@ class RayPPOTrainer:
                         reporter.on_validation(self.global_steps, val_metrics)
                         last_val_metrics = val_metrics
                     self._maybe_save_checkpoint(is_last_step, timing_raw)
+                    if self.ppo_config.trainer.on_save_error == "continue":
+                        metrics["training/checkpoint_save_failures"] = getattr(self, "checkpoint_save_failures", 0)
             self._stop_profiling()
             if batch is None:  # the step drew more prompts than were left (dynamic sampling): nothing to log
                 logger.warning("training data exhausted within step %d; stopping", self.global_steps)
@@ -814,7 +838,21 @@ class RayPPOTrainer:
         """Save and publish the checkpoint of ``global_steps``."""
         critic_wg = self.critic_wg if self.use_critic else None
         extra = self._extra_checkpoint_groups()
-        self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader, extra)
+        try:
+            self.checkpointer.save(self.global_steps, self.actor_rollout_wg, critic_wg, self.train_dataloader, extra)
+        except CheckpointSaveError as error:
+            if self.ppo_config.trainer.on_save_error != "continue":
+                raise
+            self.checkpoint_save_failures = getattr(self, "checkpoint_save_failures", 0) + 1
+            banner = "!" * 100
+            logger.error(
+                "\n%s\nCHECKPOINT NOT SAVED, training goes on (trainer.on_save_error=continue; %d failed so far): %s"
+                "\n%s",
+                banner,
+                self.checkpoint_save_failures,
+                error,
+                banner,
+            )
 
     def _load_checkpoint(self) -> int:
         """Resume as ``trainer.resume_mode`` says; sets and returns ``global_steps`` (0: from scratch)."""

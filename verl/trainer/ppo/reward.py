@@ -80,11 +80,15 @@ _SERVED: dict[tuple, object] = {}
 
 
 def get_served_reward_model(config):
-    """The run's served generative reward model (``reward_model.use_reward_loop`` and ``enable``), not yet started;
-    None otherwise. One per process for a given model and replica count (shared by the train and val rewards)."""
+    """The run's served reward model (``reward_model.use_reward_loop`` and ``enable``): a generative judge, a
+    discriminative model, or both (`served_model_paths`), not yet started; None otherwise. One per process for a given
+    set of models and replicas (shared by the train and val rewards)."""
+    from verl.trainer.config.checks.reward_loop import served_model_paths
+
     typed = _typed(config)
     rm = typed.reward_model
-    if not (rm.use_reward_loop and rm.enable):
+    judge, discriminative = served_model_paths(typed)
+    if judge is None and discriminative is None:
         return None
     from verl.utils.fs import copy_to_local
     from verl.workers.reward_model.served import ServedRewardModel
@@ -94,16 +98,19 @@ def get_served_reward_model(config):
     else:  # colocated: as many replicas as the trainer has slots, sharing its CPUs
         slots, num_cpus = typed.trainer.n_gpus_per_node * typed.trainer.nnodes, 0.0
     replicas = max(1, slots // max(1, rm.rollout.tensor_model_parallel_size))
-    key = (rm.model.path, replicas, num_cpus, rm.rollout.dtype)
+    key = (judge, discriminative, replicas, num_cpus, rm.rollout.dtype, rm.rollout.name)
     if key not in _SERVED:
         _SERVED[key] = ServedRewardModel(
-            copy_to_local(rm.model.path),
+            copy_to_local(judge) if judge else None,
             replicas=replicas,
             num_cpus=num_cpus,
             dtype=rm.rollout.dtype,
             max_prompt_tokens=rm.rollout.prompt_length,
             max_response_tokens=rm.rollout.response_length,
             trust_remote_code=rm.model.trust_remote_code,
+            engine=rm.rollout.name,
+            gpu_memory_utilization=rm.rollout.gpu_memory_utilization,
+            score_model_path=copy_to_local(discriminative) if discriminative else None,
         )
     return _SERVED[key]
 
@@ -207,8 +214,9 @@ def _hybrid_manager(typed, reward_manager_cls, custom_fn, served, tokenizer, num
     rm = typed.reward_model
     sources = []
     for i, source in enumerate(rm.reward_sources):
-        if source.type == "reward_model":
-            sources.append(RewardSource(source.name, source.weight, None))
+        if source.type == "reward_model":  # the worker's rm_scores, or the served discriminative model
+            scorer = _served_scorer(served, tokenizer, 0)
+            sources.append(RewardSource(source.name, source.weight, scorer))
             continue
         if source.path:
             key = f"reward_model.reward_sources[{i}]"
@@ -227,6 +235,16 @@ def _hybrid_manager(typed, reward_manager_cls, custom_fn, served, tokenizer, num
     return HybridRewardManager(tokenizer, num_examine, sources, combine, reward_fn_key=typed.data.reward_fn_key)
 
 
+def _served_scorer(served, tokenizer, num_examine: int):
+    """The manager reading the served discriminative reward model; None where none is served (the reward-model
+    worker's ``rm_scores`` are read instead)."""
+    if served is None or not served.score_model_path:
+        return None
+    from verl.workers.reward_model.served import ServedScoreManager
+
+    return ServedScoreManager(tokenizer, served, num_examine)
+
+
 def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
     """Build ``reward_model.reward_manager`` (default ``naive``) around the custom or default scoring function.
 
@@ -241,6 +259,8 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
     custom_fn = get_custom_reward_fn(typed)
     if typed.reward_model.reward_sources:
         return _hybrid_manager(typed, reward_manager_cls, custom_fn, served, tokenizer, num_examine, reward_kwargs)
+    if served is not None and served.score_model_path and custom_fn is None:  # verl: no function, a DisRM's score
+        return _served_scorer(served, tokenizer, num_examine)
     compute_score = custom_fn if custom_fn is not None else _default_scoring_fn(typed)
     if served is not None and custom_fn is not None:
         compute_score = bind_reward_loop_args(compute_score, served)

@@ -28,6 +28,8 @@ def resolve_result(value):
 
     if isinstance(value, DataProtoFuture):
         return value.get()
+    if callable(getattr(value, "wait", None)):  # a non-blocking call under the watchdog: waits within its deadline
+        return value.wait()
     if isinstance(value, list) and value and type(value[0]).__name__ == "ObjectRef":
         import ray
 

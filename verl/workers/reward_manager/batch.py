@@ -8,7 +8,13 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S, GuardedCall
-from verl.workers.reward_manager.naive import decode_sample, merge_extra_info, sample_extra_infos, split_score
+from verl.workers.reward_manager.naive import (
+    decode_sample,
+    examined_counts,
+    merge_extra_info,
+    sample_extra_infos,
+    split_score,
+)
 from verl.workers.reward_manager.registry import register
 
 logger = logging.getLogger(__name__)
@@ -72,7 +78,7 @@ class BatchRewardManager:
         valid_response_lengths = data.batch["attention_mask"][:, prompt_length:].sum(dim=-1)
         results = self.verify(data)
         rewards, infos = [], []
-        already_printed: dict[str, int] = {}
+        already_printed = examined_counts(self)
         for i, result in enumerate(results):
             try:
                 reward, info = split_score(result)

@@ -12,6 +12,7 @@ from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S
 from verl.workers.reward_manager.naive import (
     NaiveRewardManager,
     decode_sample,
+    examined_counts,
     merge_extra_info,
     print_examined,
     sample_extra_infos,
@@ -62,7 +63,7 @@ class DAPORewardManager(NaiveRewardManager):
         reward_tensor = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
         prompt_length = data.batch["prompts"].shape[-1]
         infos: list[dict] = []
-        already_printed: dict[str, int] = {}
+        already_printed = examined_counts(self)
         eos_token = self.tokenizer.eos_token
 
         extra_infos = sample_extra_infos(data)

@@ -66,6 +66,13 @@ def print_examined(
         print(f"[{key}]", value)
 
 
+def examined_counts(manager) -> dict:
+    """Samples printed so far per data source (``num_examine``): fresh for each call, or under the reward loop the
+    count of the whole step (the loop sets ``manager.examined_per_step``), which scores a step in several calls."""
+    shared = getattr(manager, "examined_per_step", None)
+    return shared if shared is not None else {}
+
+
 def merge_extra_info(infos: list[dict]) -> dict[str, list]:
     """Per-sample info dicts -> one list per key, of length ``len(infos)`` whenever the key appears at all.
 
@@ -160,7 +167,7 @@ class NaiveRewardManager:
 
         reward_tensor = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
         prompt_length = data.batch["prompts"].shape[-1]
-        already_printed: dict[str, int] = {}
+        already_printed = examined_counts(self)
         extra_infos = sample_extra_infos(data)
 
         calls, decoded = [], []

@@ -5,12 +5,35 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numpy as np
+
 from verl.protocol import DataProto
 
-__all__ = ["BaseRollout", "SamplingRequest"]
+__all__ = ["TRAJECTORY_ID", "TRAJECTORY_SINK", "BaseRollout", "SamplingRequest", "emit_trajectories"]
 
 # meta_info keys with which a caller overrides the rollout config for one generate call
 _PER_CALL_KEYS = ("do_sample", "temperature", "top_p", "top_k", "response_length")
+
+
+# The reward loop's per-trajectory scoring (``reward_model.use_reward_loop`` with the agent loops or vLLM): the caller
+# puts a sink in ``meta_info[TRAJECTORY_SINK]`` (anything with ``put(item)``: a ``queue.Queue`` in-process, a Ray
+# ``Queue`` across processes) and gives each prompt the id of its first trajectory in the non-tensor column
+# ``TRAJECTORY_ID`` (its ``n`` samples are that id + 0..n-1). The rollout puts ``(ids, rows)`` in the sink as
+# trajectories finish, ``rows`` being exactly the rows its output will hold for them, so that scoring can start while
+# the rest still generate.
+TRAJECTORY_SINK = "reward_loop_sink"
+TRAJECTORY_ID = "reward_loop_row"
+
+
+def emit_trajectories(sink, first_ids, sample_index: int, rows: DataProto) -> None:
+    """Hand finished trajectories to the caller's sink: ``rows`` are sample ``sample_index`` (and the samples after
+    it, one row each) of the prompts whose first-trajectory ids are ``first_ids``."""
+    first = np.asarray(first_ids, dtype=np.int64)
+    per_prompt = len(rows) // max(1, len(first))
+    ids = (first[:, None] + sample_index + np.arange(per_prompt)[None, :]).reshape(-1)
+    rows.non_tensor_batch.pop(TRAJECTORY_ID, None)
+    rows.meta_info = {}
+    sink.put((ids, rows))
 
 
 class BaseRollout(ABC):

@@ -164,6 +164,7 @@ BAD = {
     ),
     "rm_micro": ({"reward_model__enable": True}, ["reward_model.micro_batch_size_per_gpu"]),
     "resume_path": ({"trainer__resume_mode": "resume_path"}, ["trainer.resume_from_path=None", "global_step_"]),
+    "on_save_error": ({"trainer__on_save_error": "ignore"}, ["trainer.on_save_error='ignore'", "'continue'"]),
     "clip_ratio_c": ({"actor_rollout_ref__actor__clip_ratio_c": 1.0}, ["clip_ratio_c=1.0", "> 1"]),
     "multi_turn_tools": (
         {"actor_rollout_ref__rollout__multi_turn__enable": True},
@@ -596,13 +597,14 @@ def _megatron_grpo(base_cfg, **updates):
 
 
 def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
-    """A critic-free estimator needs no Megatron critic. ppo_megatron_trainer.yaml's sequence_parallel and
-    use_distributed_optimizer change nothing at tp=1 and one data-parallel replica, so they pass there; with two
-    replicas the distributed optimizer must be switched off, and tp=2 then needs sequence_parallel=False."""
+    """A critic-free estimator needs no Megatron critic. ppo_megatron_trainer.yaml's defaults pass at one or two
+    data-parallel replicas (the distributed optimizer included); tp=2 needs sequence_parallel=False."""
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     check_ppo_config(_megatron_grpo(base_cfg, trainer__n_gpus_per_node=1))
-    no_dist_opt = {"actor_rollout_ref__actor__megatron__use_distributed_optimizer": False}
-    check_ppo_config(_megatron_grpo(base_cfg, **no_dist_opt))
+    check_ppo_config(_megatron_grpo(base_cfg))
+    # the engine keeps model, gradients and optimizer state in host memory on CPU: the offloads hold as they are
+    offloads = ("param_offload", "grad_offload", "optimizer_offload")
+    check_ppo_config(_megatron_grpo(base_cfg, **{f"actor_rollout_ref__actor__megatron__{k}": True for k in offloads}))
     check_ppo_config(
         _megatron_grpo(
             base_cfg,
@@ -618,33 +620,23 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
     "updates, message",
     [
         (
-            {"algorithm__adv_estimator": "gae", "critic__megatron__pipeline_model_parallel_size": 2},
-            "critic.megatron.pipeline_model_parallel_size=2 differs from the actor's (1)",
+            {"algorithm__adv_estimator": "gae", "critic__megatron__tensor_model_parallel_size": 2},
+            "critic.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
         ),
         (
-            {"algorithm__adv_estimator": "gae", "critic__strategy": "fsdp2"},
-            "critic.strategy='fsdp2' beside actor_rollout_ref.actor.strategy=megatron",
-        ),
-        (
-            {"reward_model__enable": True, "reward_model__megatron__param_offload": True},
-            "reward_model.megatron.param_offload=True is not implemented",
+            {"reward_model__enable": True, "reward_model__megatron__use_dist_checkpointing": True},
+            "reward_model.megatron.use_dist_checkpointing=True (start from a Megatron distributed checkpoint",
         ),
         (
             {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
             "actor_rollout_ref.actor.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
         ),
-        ({}, "actor_rollout_ref.actor.megatron.use_distributed_optimizer=True with 2 data-parallel replicas"),
         (
             {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},
             "actor_rollout_ref.actor.megatron.context_parallel_size=2",
         ),
-        ({"actor_rollout_ref__actor__megatron__param_offload": True}, "megatron.param_offload=True"),
-        ({"trainer__device": "cuda"}, "trainer.device='cuda' with strategy=megatron"),
+        ({"trainer__device": "cuda"}, "trainer.device='cuda' with actor_rollout_ref.actor.strategy=megatron"),
         ({"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2}, "Ulysses is the FSDP engine's"),
-        (
-            {"actor_rollout_ref__ref__megatron__pipeline_model_parallel_size": 2},
-            "ref.megatron tensor/pipeline_model_parallel_size must equal the actor's",
-        ),
         (
             {
                 "actor_rollout_ref__actor__megatron__pipeline_model_parallel_size": 2,
@@ -654,8 +646,8 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
         ),
     ],
     ids=[
-        *("critic-sizes", "critic-fsdp", "rm-offload", "sp", "dist-opt", "cp"),
-        *("offload", "cuda", "ulysses", "ref-sizes", "layers"),
+        *("critic-sp", "rm-dist-ckpt", "sp", "cp"),
+        *("cuda", "ulysses", "layers"),
     ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
@@ -665,21 +657,28 @@ def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, mess
     assert message in str(info.value), str(info.value)
 
 
-def test_megatron_gae_and_reward_model_are_accepted(base_cfg):
-    """A Megatron critic and reward model beside the Megatron actor (same tensor / pipeline sizes) pass; a Megatron
-    critic or reward model beside an FSDP actor does not."""
+def test_megatron_roles_at_their_own_sizes_and_beside_fsdp_are_accepted(base_cfg):
+    """Each role picks its strategy and Megatron sizes on its own (the worker keeps one set of megatron-core groups
+    per size pair): a Megatron critic and reward model beside the Megatron actor at other tensor sizes, beside an FSDP
+    actor, and an FSDP critic beside a Megatron actor all pass; a Megatron critic beside an FSDP actor still needs
+    the CPU."""
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
-    no_dist_opt = {
-        f"{role}__megatron__use_distributed_optimizer": False
-        for role in ("actor_rollout_ref__actor", "critic", "reward_model")
-    }
+    settings = {}
+    for role in ("actor_rollout_ref__actor", "actor_rollout_ref__ref", "critic", "reward_model"):
+        settings[f"{role}__megatron__use_distributed_optimizer"] = False
+        settings[f"{role}__megatron__sequence_parallel"] = False
     rm = {"reward_model__enable": True, "reward_model__model__path": base_cfg.critic.model.path}
     rm["reward_model__micro_batch_size_per_gpu"] = 2
-    check_ppo_config(_megatron_grpo(base_cfg, algorithm__adv_estimator="gae", **no_dist_opt, **rm))
-    for key in ("critic", "reward_model"):
-        updates = {"algorithm__adv_estimator": "gae", **rm, f"{key}__strategy": "megatron"}
-        with pytest.raises(ConfigError, match=rf"{key}.strategy='megatron' needs actor_rollout_ref.actor.strategy"):
-            check_ppo_config(_with(base_cfg, **updates))
+    gae = {"algorithm__adv_estimator": "gae", **settings, **rm}
+    roles = ("critic", "reward_model", "actor_rollout_ref__ref")
+    sizes = {f"{r}__megatron__tensor_model_parallel_size": 2 for r in roles}
+    check_ppo_config(_megatron_grpo(base_cfg, **gae))
+    check_ppo_config(_megatron_grpo(base_cfg, **gae, **sizes))
+    check_ppo_config(_megatron_grpo(base_cfg, **gae, critic__strategy="fsdp2", reward_model__strategy="fsdp2"))
+    fsdp_actor = {**gae, **sizes, "critic__strategy": "megatron", "reward_model__strategy": "megatron"}
+    check_ppo_config(_with(base_cfg, **fsdp_actor))
+    with pytest.raises(ConfigError, match=r"trainer.device='cuda' with critic.strategy, reward_model.strategy=megat"):
+        check_ppo_config(_with(base_cfg, **fsdp_actor, trainer__device="cuda"))
 
 
 def test_megatron_without_megatron_core_says_how_to_install(base_cfg, monkeypatch):
@@ -752,6 +751,9 @@ def test_yaml_has_verls_rollout_pool_keys():
     assert yaml.actor_rollout_ref.hybrid_engine is True
 
 
+_CKE = "actor_rollout_ref__rollout__checkpoint_engine"
+
+
 @pytest.mark.parametrize(
     "updates, expected",
     [
@@ -763,6 +765,10 @@ def test_yaml_has_verls_rollout_pool_keys():
             ["rollout.n_gpus_per_node=4096", "core(s)", "at most"],
         ),
         ({"actor_rollout_ref__hybrid_engine": "yes"}, ["actor_rollout_ref.hybrid_engine='yes'"]),
+        # the checkpoint engine's settings, refused here rather than by the workers after Ray has started them
+        ({f"{_CKE}__backend": "mpi"}, ["checkpoint_engine.backend='mpi'", "expected one of", "gloo"]),
+        ({f"{_CKE}__backend": "nccl"}, ["checkpoint_engine.backend='nccl'", "trainer.device='cpu'", "backend=gloo"]),
+        ({f"{_CKE}__update_weights_bucket_megabytes": 0}, ["update_weights_bucket_megabytes=0", "positive"]),
     ],
 )
 def test_refused_with_key_value_and_fix(standalone, updates, expected):

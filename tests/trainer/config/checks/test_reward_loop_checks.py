@@ -4,7 +4,7 @@ before Ray when they cannot run, each message naming the key and the value."""
 import pytest
 
 from verl.trainer.config import PPOConfig
-from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_reward_model
+from verl.trainer.config.checks.reward_loop import check_reward_loop, served_model_paths, serves_reward_model
 
 SERVED = {
     "use_reward_loop": True,
@@ -14,8 +14,14 @@ SERVED = {
 }
 
 
-def config(reward_model=None, custom_path="/fn.py"):
-    return PPOConfig.from_config({"reward_model": reward_model or {}, "custom_reward_function": {"path": custom_path}})
+def config(reward_model=None, custom_path="/fn.py", raw_chat=False):
+    return PPOConfig.from_config(
+        {
+            "reward_model": reward_model or {},
+            "custom_reward_function": {"path": custom_path},
+            "data": {"return_raw_chat": raw_chat},
+        }
+    )
 
 
 def problems(**kwargs):
@@ -32,7 +38,8 @@ def test_defaults_and_a_servable_judge_pass():
     ("change", "needle"),
     [
         ({"rollout": {"name": None, "tensor_model_parallel_size": 1}}, "reward_model.rollout.name=None"),
-        ({"rollout": {"name": "vllm", "tensor_model_parallel_size": 1}}, "reward_model.rollout.name='vllm'"),
+        ({"rollout": {"name": "sglang", "tensor_model_parallel_size": 1}}, "reward_model.rollout.name='sglang'"),
+        ({"rollout": {"name": "hf", "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0}}, "in (0, 1]"),
         ({"rollout": {"name": "hf", "tensor_model_parallel_size": 2}}, "tensor_model_parallel_size=2"),
         ({"enable_resource_pool": True}, "enable_resource_pool=True with n_gpus_per_node=0"),
         ({"launch_reward_fn_async": True}, "launch_reward_fn_async=True"),
@@ -43,11 +50,52 @@ def test_a_served_model_that_cannot_run_is_refused(change, needle):
     assert len(found) == 1 and needle in found[0], found
 
 
-def test_a_served_model_needs_a_function_that_calls_it():
-    found = problems(reward_model=SERVED, custom_path=None)
-    assert len(found) == 1 and "reward_router_address" in found[0] and "custom_reward_function.path" in found[0]
+def test_a_vllm_served_judge_needs_vllm(monkeypatch):
+    import importlib.util
+
+    vllm_judge = {**SERVED, "rollout": {"name": "vllm", "tensor_model_parallel_size": 1}}
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: find_spec("json") if name == "vllm" else None)
+    assert problems(reward_model=vllm_judge) == []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name))
+    found = problems(reward_model=vllm_judge)
+    assert len(found) == 1 and "reward_model.rollout.name=vllm: vLLM is not installed" in found[0], found
+    assert "reward_model.rollout.name=hf" in found[0]
+
+
+def test_what_is_served_judge_discriminative_or_both():
+    """verl's one path: model.path is the judge when a function calls the router, else a discriminative model;
+    reward_model.judge.path gives the judge its own model, and model.path is then discriminative."""
     judge_source = {**SERVED, "reward_sources": [{"name": "judge", "path": "/judge.py"}]}
-    assert problems(reward_model=judge_source, custom_path=None) == []
+    assert served_model_paths(config(SERVED)) == ("/judge", None)
+    assert served_model_paths(config(judge_source, custom_path=None)) == ("/judge", None)
+    assert served_model_paths(config(SERVED, custom_path=None)) == (None, "/judge")
+    both = {
+        **SERVED,
+        "model": {"path": "/disrm"},
+        "judge": {"path": "/genrm"},
+        "reward_sources": [{"name": "rm", "type": "reward_model"}, {"name": "judge", "path": "/judge.py"}],
+    }
+    assert served_model_paths(config(both, raw_chat=True)) == ("/genrm", "/disrm")
+    assert problems(reward_model=both, raw_chat=True) == []
+    assert served_model_paths(config({"model": {"path": "/rm"}, "enable": True})) == (None, None)  # the worker
+
+
+def test_ambiguous_or_unusable_served_models_are_refused():
+    # a DisRM source and a judge function, one model path: which is which?
+    ambiguous = {**SERVED, "reward_sources": [{"name": "rm", "type": "reward_model"}, {"name": "j", "path": "/j.py"}]}
+    found = problems(reward_model=ambiguous, raw_chat=True)
+    assert len(found) == 1 and "reward_sources[0].type=reward_model with a served judge" in found[0], found
+    assert "reward_model.model.path='/judge'" in found[0] and "set reward_model.judge.path" in found[0]
+    # a served discriminative model scores the chat: it needs the raw prompt
+    found = problems(reward_model=SERVED, custom_path=None)
+    assert len(found) == 1 and "set data.return_raw_chat=True" in found[0], found
+    assert problems(reward_model=SERVED, custom_path=None, raw_chat=True) == []
+    # a judge nobody calls, and a judge path without serving
+    found = problems(reward_model={**SERVED, "judge": {"path": "/genrm"}}, custom_path=None, raw_chat=True)
+    assert len(found) == 1 and "reward_model.judge.path='/genrm' serves a generative judge" in found[0], found
+    found = problems(reward_model={"judge": {"path": "/genrm"}})
+    assert len(found) == 1 and "reward_model.judge.path='/genrm' is read only when" in found[0], found
 
 
 def test_serving_keys_without_serving_are_refused():
@@ -69,7 +117,7 @@ def test_hybrid_sources():
         ({"reward_sources": [{"name": "a"}, {"name": "a"}]}, "unique"),
         ({"reward_sources": [{"name": "a", "type": "genrm"}]}, "reward_sources[0].type='genrm'"),
         ({"reward_sources": [{"name": "a", "weight": float("nan")}]}, "reward_sources[0].weight=nan"),
-        ({"reward_sources": [{"name": "rm", "type": "reward_model"}]}, "needs reward_model.enable=True"),
+        ({"reward_sources": [{"name": "rm", "type": "reward_model"}]}, "set reward_model.enable=True"),
         ({"reward_combine": {"path": "/c.py"}}, "reward_model.reward_sources is empty"),
     ]
     for change, needle in cases:

@@ -79,4 +79,17 @@ def test_response_logits_only_gives_the_response_positions_logits_exactly():
     assert only.logits.shape[1] == kept + 1 < full.logits.shape[1]
     assert torch.equal(only.logits, full.logits[:, -kept - 1 :])
     # a model without logits_to_keep (a critic's value head) gets the full forward
-    assert not mb._takes_logits_to_keep(torch.nn.Linear(2, 2))
+    assert not mb.takes_logits_to_keep(torch.nn.Linear(2, 2))
+
+
+def test_packed_response_positions_are_the_packed_indices_that_predict_response_tokens():
+    # prompt width 4, response width 3 (the _padded rows); packed row: 4 + 7 + 1 + 3 tokens
+    ids, mask, pos = _padded()
+    _, _, valid = mb.pack_padded_inputs(ids, mask, pos)
+    read, slots = mb.packed_response_positions(valid, response_length=3)
+    # columns 3, 4, 5 predict the response slots 0, 1, 2. Row 0 holds packed 0-3 (columns 2-5), row 1 packed 4-10,
+    # row 2 packed 11 (column 4: it predicts slot 1), row 3 packed 12-14 (columns 1-3)
+    assert read.tolist() == [1, 2, 3, 7, 8, 9, 11, 14]
+    assert slots.tolist() == [[True, True, True], [True, True, True], [False, True, False], [True, False, False]]
+    values = torch.arange(15.0)
+    assert mb.unpack_to_padded(values[read], slots).tolist() == [[1, 2, 3], [7, 8, 9], [0, 11, 0], [14, 0, 0]]

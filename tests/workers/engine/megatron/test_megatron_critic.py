@@ -28,6 +28,14 @@ from tests.gloo_ranks import spawn_gloo_ranks  # noqa: E402
 from tests.workers.gpu_actor_steps import RESPONSE_LEN, rollout_batch  # noqa: E402
 
 WORLD = 2
+# the critic's optimizer and batch sizes in the Megatron critic tests (one mini batch of 8, micro batches of 4)
+CRITIC_BATCHES_AND_OPTIM = [
+    "critic.optim.lr=1e-2",
+    "critic.optim.total_training_steps=10",
+    "critic.ppo_mini_batch_size=8",
+    "critic.ppo_micro_batch_size_per_gpu=4",
+    "critic.forward_micro_batch_size_per_gpu=4",
+]
 
 
 def _config(models: dict, strategy: str, tp: int, pp: int, critic_path: str | None = None):
@@ -38,11 +46,7 @@ def _config(models: dict, strategy: str, tp: int, pp: int, critic_path: str | No
         "actor_rollout_ref.rollout.n=1",
         f"critic.model.path={critic_path or models['critic']}",
         f"critic.strategy={strategy}",
-        "critic.optim.lr=1e-2",
-        "critic.optim.total_training_steps=10",
-        "critic.ppo_mini_batch_size=8",
-        "critic.ppo_micro_batch_size_per_gpu=4",
-        "critic.forward_micro_batch_size_per_gpu=4",
+        *CRITIC_BATCHES_AND_OPTIM,
         "critic.grad_clip=0.5",
         "critic.cliprange_value=0.05",
         "reward_model.enable=True",
@@ -119,18 +123,6 @@ def _run(rank: int, models: dict, tp: int, pp: int, out: str, ckpt: str):
     megatron = _steps(rank, models, "megatron", tp, pp, ckpt)
     if rank == 0:
         torch.save({"fsdp": baseline, "megatron": megatron}, out)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from verl.demo.tiny_model import make_tiny_model_dir
-
-    root = tmp_path_factory.mktemp("megatron_critic")
-    return {
-        "actor": make_tiny_model_dir(str(root / "actor")),
-        "critic": make_tiny_model_dir(str(root / "critic"), head="token_classification", seed=1),
-        "rm": make_tiny_model_dir(str(root / "rm"), head="sequence_classification", seed=2),
-    }
 
 
 @pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)], ids=["tp2", "pp2"])

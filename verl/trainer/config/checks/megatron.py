@@ -1,10 +1,11 @@
 """What ``strategy=megatron`` runs here, checked in the driver before Ray starts.
 
 The Megatron engine (:mod:`verl.workers.engine.megatron`) builds the policy (actor, rollout, reference), the critic
-and the reward model of a Qwen2 / Qwen2.5 or Llama model with tensor and pipeline parallelism, on CPU (gloo), with
-the HF or vLLM rollout (the weights gathered layer by layer into either). All roles of a worker process share one set
-of megatron-core process groups, so a Megatron critic or reward model runs beside a Megatron actor, at the actor's
-tensor and pipeline sizes. Each setting it cannot honour yet is refused here with the reason, naming the key.
+and the reward model of a Qwen2 / Qwen2.5, Qwen3 or Llama model with tensor and pipeline parallelism, on CPU (gloo),
+with the HF or vLLM rollout (the weights gathered layer by layer into either). Each role picks its strategy and, with
+megatron, its parallel sizes on its own: the worker process keeps one set of megatron-core groups per size pair, so a
+Megatron critic or reward model runs beside an FSDP or Megatron actor, and an FSDP critic beside a Megatron actor.
+Each setting the engine cannot honour yet is refused here with the reason, naming the key.
 """
 
 from __future__ import annotations
@@ -26,37 +27,61 @@ def _get(config, key: str):
 
 
 def check_megatron(config, *, n_gpus: int, use_critic: bool, use_rm: bool, device: str) -> list[str]:
-    """The problems of a config whose actor runs ``strategy=megatron`` (empty when it is another strategy);
-    ``device``: the resolved ``trainer.device``."""
-    from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
-
+    """The problems of the roles that run ``strategy=megatron`` (empty when none does); ``device``: the resolved
+    ``trainer.device``."""
     actor_strategy = _get(config, "actor_rollout_ref.actor.strategy")
     critic_strategy, rm_strategy = _get(config, "critic.strategy"), _get(config, "reward_model.strategy")
-    if actor_strategy != "megatron":
-        problems = []
-        for used, key, strategy in ((use_critic, "critic", critic_strategy), (use_rm, "reward_model", rm_strategy)):
-            if used and strategy == "megatron":
-                problems.append(
-                    f"{key}.strategy='megatron' needs actor_rollout_ref.actor.strategy=megatron too (the roles share "
-                    f"their processes and megatron-core's process groups); set {key}.strategy={actor_strategy}"
-                )
-        return problems
+    policy = actor_strategy == "megatron"
+    value_roles = [
+        key
+        for used, key, strategy in ((use_critic, "critic", critic_strategy), (use_rm, "reward_model", rm_strategy))
+        if used and strategy == "megatron"
+    ]
+    if not policy and not value_roles:
+        return []
+    strategy_keys = (["actor_rollout_ref.actor.strategy"] if policy else []) + [f"{k}.strategy" for k in value_roles]
     problems = []
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
         problems.append(
-            "actor_rollout_ref.actor.strategy='megatron' needs megatron-core: pip install -e .[megatron] "
+            f"{', '.join(strategy_keys)}='megatron' needs megatron-core: pip install -e .[megatron] "
             "(or set the strategy to fsdp2)"
         )
     if device != "cpu":
         problems.append(
-            f"trainer.device={device!r} with strategy=megatron: the Megatron engine keeps its model on the CPU so far "
-            "(no accelerator has run it yet); set trainer.device=cpu or strategy=fsdp2"
+            f"trainer.device={device!r} with {', '.join(strategy_keys)}=megatron: the Megatron engine keeps its model "
+            "on the CPU so far (no accelerator has run it yet); set trainer.device=cpu or strategy=fsdp2"
         )
-    if use_critic and critic_strategy != "megatron":
-        problems.append(
-            f"critic.strategy={critic_strategy!r} beside actor_rollout_ref.actor.strategy=megatron: a critic of "
-            "another engine in the Megatron actor's processes is not built here; set critic.strategy=megatron"
-        )
+    if policy:
+        problems += _check_policy(config, n_gpus)
+    for key in value_roles:
+        problems += _check_value_role(config, key, n_gpus)
+    return problems
+
+
+def _check_ulysses(config, key: str) -> list[str]:
+    sp = _get(config, f"{key}.ulysses_sequence_parallel_size") or 1
+    if sp == 1:
+        return []
+    return [
+        f"{key}.ulysses_sequence_parallel_size={sp}: Ulysses is the FSDP engine's sequence parallelism; with "
+        f"strategy=megatron set it to 1 and use {key}.megatron.tensor_model_parallel_size"
+    ]
+
+
+def _check_settings(config, key: str, n_gpus: int, trainable: bool) -> list[str]:
+    from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
+
+    try:
+        check_megatron_settings(megatron_settings(_get(config, key)), f"{key}.megatron", n_gpus, trainable=trainable)
+    except (ValueError, TypeError) as exc:
+        return [str(exc)]
+    return []
+
+
+def _check_policy(config, n_gpus: int) -> list[str]:
+    """The problems of a Megatron actor and its reference (each may have its own parallel sizes: every size pair
+    gets its own megatron-core groups in the worker, see ``verl.workers.engine.megatron.parallel``)."""
+    problems = []
     if (_get(config, "actor_rollout_ref.model.lora_rank") or 0) > 0:
         problems.append("actor_rollout_ref.model.lora_rank > 0 with strategy=megatron: LoRA is FSDP-only; set it to 0")
     if _get(config, "actor_rollout_ref.model.use_fused_kernels"):
@@ -65,57 +90,18 @@ def check_megatron(config, *, n_gpus: int, use_critic: bool, use_rm: bool, devic
         )
     for section in ("actor", "ref"):
         key = f"actor_rollout_ref.{section}"
-        sp = _get(config, f"{key}.ulysses_sequence_parallel_size") or 1
-        if sp != 1:
-            problems.append(
-                f"{key}.ulysses_sequence_parallel_size={sp}: Ulysses is the FSDP engine's sequence parallelism; with "
-                f"strategy=megatron set it to 1 and use {key}.megatron.tensor_model_parallel_size"
-            )
-        try:
-            settings = megatron_settings(_get(config, key))
-            check_megatron_settings(settings, f"{key}.megatron", n_gpus, trainable=section == "actor")
-        except (ValueError, TypeError) as exc:
-            problems.append(str(exc))
-    actor_m, ref_m = (megatron_settings(_get(config, f"actor_rollout_ref.{s}")) for s in ("actor", "ref"))
-    sizes = ("tensor_model_parallel_size", "pipeline_model_parallel_size")
-    if any(getattr(actor_m, k) != getattr(ref_m, k) for k in sizes):
-        problems.append(
-            "actor_rollout_ref.ref.megatron tensor/pipeline_model_parallel_size must equal the actor's (they share "
-            "one set of process groups); by default the ref's follow the actor's"
-        )
-    for used, key, strategy in ((use_critic, "critic", critic_strategy), (use_rm, "reward_model", rm_strategy)):
-        if used and strategy == "megatron":
-            problems += _check_value_role(config, key, actor_m, n_gpus)
+        problems += _check_ulysses(config, key)
+        problems += _check_settings(config, key, n_gpus, trainable=section == "actor")
     return problems
 
 
-def _check_value_role(config, key: str, actor_m, n_gpus: int) -> list[str]:
-    """The problems of a Megatron critic (``key="critic"``) or reward model (``"reward_model"``) beside a Megatron
-    actor."""
-    from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
-
-    problems = []
-    sp = _get(config, f"{key}.ulysses_sequence_parallel_size") or 1
-    if sp != 1:
-        problems.append(
-            f"{key}.ulysses_sequence_parallel_size={sp}: Ulysses is the FSDP engine's sequence parallelism; with "
-            f"strategy=megatron set it to 1 and use {key}.megatron.tensor_model_parallel_size"
-        )
+def _check_value_role(config, key: str, n_gpus: int) -> list[str]:
+    """The problems of a Megatron critic (``key="critic"``) or reward model (``"reward_model"``), beside an actor of
+    either strategy and at parallel sizes of its own."""
+    problems = _check_ulysses(config, key)
     if (_get(config, f"{key}.model.lora_rank") or 0) > 0:
         problems.append(f"{key}.model.lora_rank > 0 with strategy=megatron: LoRA is FSDP-only; set it to 0")
-    try:
-        settings = megatron_settings(_get(config, key))
-        check_megatron_settings(settings, f"{key}.megatron", n_gpus, trainable=key == "critic")
-    except (ValueError, TypeError) as exc:
-        return problems + [str(exc)]
-    for size in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
-        if getattr(settings, size) != getattr(actor_m, size):
-            problems.append(
-                f"{key}.megatron.{size}={getattr(settings, size)} differs from the actor's "
-                f"({getattr(actor_m, size)}): the roles share their worker processes and one set of megatron-core "
-                f"process groups; set {key}.megatron.{size}={getattr(actor_m, size)}"
-            )
-    return problems
+    return problems + _check_settings(config, key, n_gpus, trainable=key == "critic")
 
 
 def check_megatron_model(config, hf_config, path_key: str, section: str = "actor_rollout_ref.actor") -> None:

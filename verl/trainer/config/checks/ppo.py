@@ -131,9 +131,9 @@ def _check_choices(config, ctx: _Context) -> None:
             f"actor_rollout_ref.hybrid_engine={_get(config, 'actor_rollout_ref.hybrid_engine')!r} "
             "must be True (hybrid engine) or False (standalone rollout)"
         )
-    strategy = _choice(config, "actor_rollout_ref.actor.strategy", STRATEGIES)
-    if ctx.use_critic and strategy != "megatron":  # a Megatron actor's critic: see checks.megatron
-        _choice(config, "critic.strategy", ("fsdp", "fsdp2"))
+    _choice(config, "actor_rollout_ref.actor.strategy", STRATEGIES)
+    if ctx.use_critic:  # any strategy beside any other (checks.megatron for what megatron cannot do)
+        _choice(config, "critic.strategy", STRATEGIES)
     _choice(config, "actor_rollout_ref.rollout.mode", ("sync", "async"))
     _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
     if ctx.use_critic:
@@ -422,6 +422,7 @@ def _check_trainer(config, ctx: _Context) -> None:
     _positive_int(config, "trainer.critic_warmup", minimum=0)
     _choice(config, "trainer.console_format", ("compact", "full"))
     _positive_int(config, "trainer.max_consecutive_nonfinite", minimum=0)
+    _choice(config, "trainer.on_save_error", ("stop", "continue"))
     _check_watchdog(config)
     mode = _choice(config, "trainer.resume_mode", ("auto", "disable", "resume_path"))
     if mode == "resume_path":

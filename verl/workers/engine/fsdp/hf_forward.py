@@ -19,6 +19,7 @@ from tensordict import TensorDict
 
 from verl.utils.device import get_device_id, get_device_name, is_accelerator_available
 from verl.utils.fsdp_utils import clip_grad_norm_
+from verl.workers.engine.fsdp import cpu_attention, packed_attention
 
 try:  # transformers >= 4.53 detects packed sequences from position ids for every attention implementation
     from transformers.masking_utils import find_packed_sequence_indices as _hf_packed_detection
@@ -27,6 +28,9 @@ except ImportError:  # pragma: no cover - depends on the installed transformers
 
 logger = logging.getLogger(__name__)
 
+# attention functions that run a packed row per sequence when given its boundaries (packed_attention.per_sequence)
+_PER_SEQUENCE_IMPLEMENTATIONS = ("sdpa", cpu_attention.IMPLEMENTATION)
+
 __all__ = [
     "autocast_context",
     "compute_device",
@@ -34,9 +38,11 @@ __all__ = [
     "optimizer_step",
     "pack_padded_inputs",
     "packed_forward_kwargs",
+    "packed_response_positions",
     "padded_forward",
     "score_sequences",
     "slice_for_sequence_parallel",
+    "takes_logits_to_keep",
     "trim_padding_columns",
     "unpack_to_padded",
 ]
@@ -83,7 +89,7 @@ def padded_forward(
     input_ids, attention_mask, position_ids, kept = trim_padding_columns(
         input_ids, attention_mask, position_ids, response_length
     )
-    if response_logits_only and _takes_logits_to_keep(module):
+    if response_logits_only and takes_logits_to_keep(module):
         model_kwargs["logits_to_keep"] = kept + 1
     if position_ids.dim() == 3:  # mrope (bs, 3, seqlen): Qwen-VL models take (3, bs, seqlen)
         position_ids = position_ids.transpose(0, 1)
@@ -93,7 +99,7 @@ def padded_forward(
     return output, kept
 
 
-def _takes_logits_to_keep(module: nn.Module) -> bool:
+def takes_logits_to_keep(module: nn.Module) -> bool:
     """Whether ``module``'s forward (through a PEFT wrapper) accepts HF's ``logits_to_keep``."""
     base = module.get_base_model() if hasattr(module, "get_base_model") else module
     return "logits_to_keep" in inspect.signature(base.forward).parameters
@@ -118,6 +124,19 @@ def pack_padded_inputs(
     else:
         pos = position_ids[valid].unsqueeze(0)
     return ids, pos, valid
+
+
+def packed_response_positions(valid: torch.Tensor, response_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where, in the packed row of :func:`pack_padded_inputs`, the logits that predict response tokens are: the
+    packed indices ``(n,)`` of the valid positions among each row's last ``response_length + 1`` but one, and the
+    ``(bs, response_length)`` mask of the response slots they predict (for :func:`unpack_to_padded`).
+
+    valid: ``(bs, seqlen)``, the last ``response_length`` columns the responses."""
+    predicts = torch.zeros_like(valid)
+    predicts[:, -response_length - 1 : -1] = True
+    read = valid & predicts
+    packed_index = torch.cumsum(valid.reshape(-1), dim=0).view(valid.shape) - 1
+    return packed_index[read], read[:, -response_length - 1 : -1]
 
 
 def unpack_to_padded(values: torch.Tensor, valid: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
@@ -187,15 +206,25 @@ def _block_causal_mask(position_ids: torch.Tensor, dtype: torch.dtype) -> torch.
     return mask[None, None]
 
 
-def packed_forward_kwargs(module: torch.nn.Module, position_ids_rmpad: torch.Tensor, dtype: torch.dtype) -> dict:
+def packed_forward_kwargs(
+    module: torch.nn.Module, position_ids_rmpad: torch.Tensor, dtype: torch.dtype, sequence_parallel: bool = False
+) -> dict:
     """Model kwargs for a packed forward: ``attention_mask=None`` (the model isolates sequences by position ids)
-    or, with a transformers release that cannot, an explicit block-diagonal mask for eager/sdpa attention."""
+    or, with a transformers release that cannot, an explicit block-diagonal mask for eager/sdpa attention.
+
+    With sdpa (and :mod:`~verl.workers.engine.fsdp.cpu_attention`'s form) on a text model, the sequence boundaries
+    go along as varlen keywords, so attention runs per sequence (:mod:`~verl.workers.engine.fsdp.packed_attention`)
+    instead of over the whole row; not under Ulysses (``sequence_parallel``), whose rank holds a slice of the row.
+    """
     kwargs = {"position_ids": position_ids_rmpad, "attention_mask": None, "use_cache": False}
     config = getattr(module, "config", None)
     impl = getattr(config, "_attn_implementation", None)
     if _hf_packed_detection is None and impl not in ("flash_attention_2", "flash_attention_3"):
         pos = position_ids_rmpad[0] if position_ids_rmpad.dim() == 3 else position_ids_rmpad
         kwargs["attention_mask"] = _block_causal_mask(pos, dtype)
+    elif impl in _PER_SEQUENCE_IMPLEMENTATIONS and not sequence_parallel and position_ids_rmpad.dim() == 2:
+        packed_attention.install()
+        kwargs.update(packed_attention.packed_sequence_kwargs(position_ids_rmpad))
     return kwargs
 
 

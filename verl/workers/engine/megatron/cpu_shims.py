@@ -10,6 +10,10 @@ code runs on CPU with gloo process groups. Each cover is a no-op where CUDA is a
    (``get_cuda_rng_tracker().fork()``), and megatron-core's tracker keeps CUDA generator states. This one keeps CPU
    generator states under the same names and seeds (:func:`install_rng_tracker`).
 
+3. :func:`reduce_scatter_via_all_reduce`: the distributed optimizer reduce-scatters the gradients over the data-
+   parallel group, and gloo has no reduce-scatter. Over gloo it all-reduces the whole buffer and keeps this rank's
+   slice (the same sums, more traffic); over other backends it is ``reduce_scatter_tensor`` itself.
+
 Megatron's own pipeline schedules create a tensor with the literal ``device="cuda"``; the engine drives its pipeline
 stages itself instead (:mod:`verl.workers.engine.megatron.pipeline`), so no cover is needed there.
 """
@@ -20,8 +24,15 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.distributed as dist
 
-__all__ = ["CPURNGStatesTracker", "cpu_current_device", "install_rng_tracker", "rng_seeds"]
+__all__ = [
+    "CPURNGStatesTracker",
+    "cpu_current_device",
+    "install_rng_tracker",
+    "reduce_scatter_via_all_reduce",
+    "rng_seeds",
+]
 
 
 @contextlib.contextmanager
@@ -118,3 +129,18 @@ def install_rng_tracker(seed: int) -> None:
     torch.manual_seed(seed)
     mp_random._CUDA_RNG_STATE_TRACKER = tracker
     mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+
+
+def reduce_scatter_via_all_reduce(output: torch.Tensor, input: torch.Tensor, group=None) -> None:
+    """``output`` ``(n,)`` := this rank's ``n``-element slice (rank order) of the sum over ``group`` of ``input``
+    ``(n * group size,)``, as ``dist.reduce_scatter_tensor``; over gloo, which lacks it, by an all-reduce of a copy of
+    ``input`` (the same sums)."""
+    world = dist.get_world_size(group)
+    if input.numel() != output.numel() * world:
+        raise ValueError(f"input has {input.numel()} elements; expected {output.numel()} x {world} ranks")
+    if dist.get_backend(group) != "gloo":
+        dist.reduce_scatter_tensor(output, input, group=group)
+        return
+    summed = input.clone()
+    dist.all_reduce(summed, group=group)
+    output.copy_(summed.view(world, -1)[dist.get_rank(group)])

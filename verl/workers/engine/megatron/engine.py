@@ -12,12 +12,15 @@ Gradients: tensor parallelism is megatron-core's own (its layers reduce across t
 across data-parallel replicas the engine averages the gradients with one all-reduce per update, and with tied
 embeddings over pipeline stages it sums the two copies' gradients (first and last stage). Clipping uses the global
 norm over all shards, each tensor-parallel duplicate counted once. The optimizer is torch's AdamW on this rank's
-shards, as the FSDP engine's (same schedule, same settings).
+shards, as the FSDP engine's (same schedule, same settings); with ``use_distributed_optimizer`` its state is further
+split over the data-parallel replicas (:mod:`verl.workers.engine.megatron.distributed_optimizer`: the gradients
+reduce-scattered into each rank's slice instead of all-reduced, the slices all-gathered after the step).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 
@@ -47,6 +50,40 @@ def _pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:
     return values if missing == 0 else nn.functional.pad(values, (0, missing))
 
 
+def _in_layout(method):
+    """Run an engine method inside the engine's megatron-core layout (its tensor x pipeline groups): roles of one
+    process may use different parallel sizes (:mod:`verl.workers.engine.megatron.parallel`)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        from verl.workers.engine.megatron.parallel import model_parallel_layout
+
+        with model_parallel_layout(self.layout):
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _counted_in_norm(param: nn.Parameter, tp_rank: int) -> bool:
+    """Whether ``param``'s gradient enters the global norm on this rank: each tensor-parallel duplicate on tp rank 0
+    only, the last stage's copy of a tied embedding (``shared``) not at all."""
+    if getattr(param, "shared", False):
+        return False
+    return bool(getattr(param, "tensor_model_parallel", False)) or tp_rank == 0
+
+
+def _sharded_flat_params(model: nn.Module):
+    """``use_distributed_optimizer``: this data-parallel rank's slice of ``model``'s trainable parameters."""
+    from megatron.core import parallel_state
+
+    from verl.workers.engine.megatron.distributed_optimizer import ShardedFlatParams
+
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    params = [p for p in model.parameters() if p.requires_grad]
+    counted = [_counted_in_norm(p, tp_rank) for p in params]
+    return ShardedFlatParams(params, counted, parallel_state.get_data_parallel_group())
+
+
 def _section_flag(section, name: str, default: bool) -> bool:
     """A role section's plain key (``load_weight``), read from its typed fields or its extra keys."""
     if hasattr(section, name):
@@ -71,14 +108,17 @@ class MegatronEngine(TrainingEngine):
         grad_clip: float | None = None,
         checkpoint_config=None,
         processing_class=None,
+        sharded_params=None,
     ):
         from megatron.core import parallel_state
 
+        from verl.workers.engine.megatron.parallel import active_layout
         from verl.workers.engine.megatron.pipeline import StageRunner
 
         if kind not in ("policy", "value", "score"):
             raise ValueError(f"kind={kind!r}: expected 'policy', 'value' or 'score'")
         self.kind = kind
+        self.layout = active_layout()  # the groups the model was built with; every call runs in them
         self._module = model
         self.hf_config = hf_config
         self.optimizer = optimizer
@@ -86,6 +126,7 @@ class MegatronEngine(TrainingEngine):
         self.grad_clip = grad_clip
         self.checkpoint_config = checkpoint_config
         self.processing_class = processing_class
+        self.sharded_params = sharded_params  # use_distributed_optimizer: the optimizer steps this rank's slice
         self.dtype = model.config.params_dtype
         self.stages = StageRunner(model, hf_config.hidden_size, self.dtype)
         self.mp_group = parallel_state.get_model_parallel_group()
@@ -143,8 +184,11 @@ class MegatronEngine(TrainingEngine):
         )
         if _section_flag(section, "load_weight", True):
             load_hf_weights(model, files.hf_config, files.local_path)
-        optimizer = lr_scheduler = None
-        if trainable:
+        optimizer = lr_scheduler = sharded = None
+        if trainable and settings.use_distributed_optimizer:
+            sharded = _sharded_flat_params(model)
+            optimizer, lr_scheduler = build_optimizer(nn.ParameterList([sharded.master]), train_section.optim)
+        elif trainable:
             optimizer, lr_scheduler = build_optimizer(model, train_section.optim)
         else:
             model.requires_grad_(False)
@@ -157,6 +201,7 @@ class MegatronEngine(TrainingEngine):
             grad_clip=train_section.grad_clip if trainable else None,
             checkpoint_config=train_section.checkpoint if trainable else None,
             processing_class=processing_class,
+            sharded_params=sharded,
         )
 
     @property
@@ -259,6 +304,7 @@ class MegatronEngine(TrainingEngine):
         return result
 
     # ------------------------------------------------------------------------------------------ the interface
+    @_in_layout
     def infer(self, data: DataProto) -> dict[str, torch.Tensor]:
         meta = data.meta_info
         data = self._gather_model_parallel(data)
@@ -309,8 +355,12 @@ class MegatronEngine(TrainingEngine):
 
     @contextlib.contextmanager
     def training(self, data: DataProto) -> Iterator[DataProto]:
+        from verl.workers.engine.megatron.parallel import model_parallel_layout
+
         self._module.train()
-        yield self._gather_model_parallel(data)
+        with model_parallel_layout(self.layout):
+            data = self._gather_model_parallel(data)
+        yield data
 
     def micro_batches(
         self, data: DataProto, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None
@@ -320,6 +370,7 @@ class MegatronEngine(TrainingEngine):
         )
         return micro_batches
 
+    @_in_layout
     def forward_backward(self, micro_batch: dict, loss_fn: LossFn, **forward_kwargs) -> dict[str, float]:
         from verl.workers.engine.megatron.cpu_shims import cpu_current_device
 
@@ -349,13 +400,20 @@ class MegatronEngine(TrainingEngine):
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad()
+        if self.sharded_params is not None:
+            self._module.zero_grad(set_to_none=True)
 
     def _reduce_gradients(self) -> None:
-        """Average the gradients over data-parallel replicas; sum the tied embedding's two copies' gradients."""
+        """Sum the partial gradients of replicated tensors over tensor parallelism (Qwen3's q/k norms); average the
+        gradients over data-parallel replicas (into this rank's slice with the distributed optimizer); sum the tied
+        embedding's two copies' gradients."""
         from megatron.core import parallel_state
 
+        from verl.workers.engine.megatron.model import sum_partial_gradients
+
+        sum_partial_gradients(self._module)
         params = [p for p in self._module.parameters() if p.requires_grad and p.grad is not None]
-        if self.dp_size > 1 and params:
+        if self.sharded_params is None and self.dp_size > 1 and params:
             flat = torch._utils._flatten_dense_tensors([p.grad for p in params])
             dist.all_reduce(flat, group=self.dp_group)
             flat /= self.dp_size
@@ -368,6 +426,8 @@ class MegatronEngine(TrainingEngine):
             if weight.grad is None:
                 weight.grad = torch.zeros_like(weight)
             dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
+        if self.sharded_params is not None:
+            self.sharded_params.reduce_gradients()
 
     def _grad_norm(self) -> torch.Tensor:
         """The global gradient norm: every shard once (tensor-parallel duplicates on tp rank 0 only, the last stage's
@@ -376,15 +436,19 @@ class MegatronEngine(TrainingEngine):
 
         tp_rank = parallel_state.get_tensor_model_parallel_rank()
         squares = torch.zeros((), dtype=torch.float32)
-        for p in self._module.parameters():
-            if p.grad is None or getattr(p, "shared", False):
-                continue
-            if getattr(p, "tensor_model_parallel", False) or tp_rank == 0:
-                squares += p.grad.detach().float().pow(2).sum()
+        if self.sharded_params is not None:  # this rank's slice; the other replicas hold the rest
+            squares += self.sharded_params.grad_squares()
+            if self.dp_size > 1:
+                dist.all_reduce(squares, group=self.dp_group)
+        else:
+            for p in self._module.parameters():
+                if p.grad is not None and _counted_in_norm(p, tp_rank):
+                    squares += p.grad.detach().float().pow(2).sum()
         if self.mp_size > 1:
             dist.all_reduce(squares, group=self.mp_group)
         return squares.sqrt()
 
+    @_in_layout
     def optimizer_step(self) -> torch.Tensor:
         if self.grad_clip is None:
             raise ValueError("grad_clip is None: set actor.grad_clip / critic.grad_clip (verl's default is 1.0)")
@@ -392,14 +456,16 @@ class MegatronEngine(TrainingEngine):
         grad_norm = self._grad_norm()
         if not torch.isfinite(grad_norm):
             logger.warning("grad_norm is not finite (%s): skipping this optimizer step", grad_norm.item())
-            self.optimizer.zero_grad()
+            self.zero_grad()
             return grad_norm
         coefficient = self.grad_clip / (grad_norm + 1e-6)
         if coefficient < 1:
-            for p in self._module.parameters():
+            for p in self._module.parameters() if self.sharded_params is None else [self.sharded_params.master]:
                 if p.grad is not None:
                     p.grad.mul_(coefficient)
         self.optimizer.step()
+        if self.sharded_params is not None:
+            self.sharded_params.gather_parameters()
         return grad_norm
 
     def lr(self) -> float:
@@ -409,15 +475,26 @@ class MegatronEngine(TrainingEngine):
         self.lr_scheduler.step()
 
     def resident(self, with_optimizer: bool = False):
-        return contextlib.nullcontext()  # offloading is refused by check_megatron_settings
+        # param_offload / grad_offload / optimizer_offload ask for host memory between calls: the engine keeps the
+        # model, its gradients and the optimizer state there for good (self.device is the CPU; the config check
+        # refuses another trainer.device), so there is nothing to load or offload around a call
+        return contextlib.nullcontext()
 
     # ------------------------------------------------------------------------------------------ weight hand-off
     def hf_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """The current weights as full HF-named tensors, layer by layer (collective: every rank iterates to the end;
         see :func:`verl.workers.engine.megatron.weights.iter_hf_weights`); ``dtype``: cast to it on the way."""
+        from verl.workers.engine.megatron.parallel import model_parallel_layout
         from verl.workers.engine.megatron.weights import iter_hf_weights
 
-        return iter_hf_weights(self._module, self.hf_config, dtype)
+        # each step of the stream runs in this engine's layout (the consumer may run other roles in between)
+        stream = iter_hf_weights(self._module, self.hf_config, dtype)
+        while True:
+            with model_parallel_layout(self.layout):
+                item = next(stream, None)
+            if item is None:
+                return
+            yield item
 
     def hf_rollout_module(self) -> tuple[nn.Module, BaseShardingManager]:
         from verl.workers.engine.megatron.handoff import HFModelHandoff, empty_hf_model
@@ -427,6 +504,7 @@ class MegatronEngine(TrainingEngine):
             self._hf_rollout = model, HFModelHandoff(self, model)
         return self._hf_rollout
 
+    @_in_layout
     def rollout_weight_handoff(self, rollout, hf_config, rollout_config, device_mesh):
         from verl.workers.engine.megatron.handoff import vllm_handoff
 
@@ -440,8 +518,12 @@ class MegatronEngine(TrainingEngine):
             self._checkpoint_manager = MegatronCheckpointManager(self, self.checkpoint_config)
         return self._checkpoint_manager
 
+    @_in_layout
     def save_checkpoint(self, local_path: str, hdfs_path=None, global_step: int = 0, max_ckpt_to_keep=None) -> None:
         self._checkpointer().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
 
+    @_in_layout
     def load_checkpoint(self, local_path: str, hdfs_path=None, del_local_after_load: bool = False) -> None:
         self._checkpointer().load_checkpoint(local_path, hdfs_path, del_local_after_load)
+        if self.sharded_params is not None:
+            self.sharded_params.refresh_master()

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
+    "sum_partial_gradients",
     "ScalarHead",
     "build_gpt_model",
     "causal_padding_mask",
@@ -24,7 +25,8 @@ __all__ = [
     "transformer_config",
 ]
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "qwen3")
+QK_NORM_MODEL_TYPES = ("qwen3",)  # RMSNorm over each head's queries and keys before rope (HF's q_norm / k_norm)
 
 
 def _rope_parameters(hf_config) -> dict:
@@ -102,6 +104,7 @@ def transformer_config(hf_config, tp_size: int = 1, pp_size: int = 1, dtype: tor
         activation_func=F.silu,
         add_bias_linear=bool(getattr(hf_config, "mlp_bias", False)),
         add_qkv_bias=qkv_bias,
+        qk_layernorm=hf_config.model_type in QK_NORM_MODEL_TYPES,
         hidden_dropout=0.0,
         attention_dropout=float(getattr(hf_config, "attention_dropout", 0.0) or 0.0),
         tensor_model_parallel_size=tp_size,
@@ -164,7 +167,7 @@ def build_gpt_model(
     with cpu_current_device():
         model = GPTModel(
             config=config,
-            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=config.qk_layernorm),
             vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
             max_sequence_length=hf_config.max_position_embeddings,
             pre_process=pre_process,
@@ -211,13 +214,39 @@ def _mark_tensor_parallel(model) -> None:
                 set_tensor_model_parallel_attributes(param, is_parallel=True, dim=dim, stride=1)
 
 
-def _freeze_padding_row(embedding, pad_token_id: int | None) -> None:
-    """HF builds Qwen2's and Llama's input embedding with ``padding_idx=pad_token_id``: that row never receives a
-    gradient. Do the same to this rank's vocabulary shard, so training updates what transformers' would."""
-    if pad_token_id is None or not embedding.vocab_start_index <= pad_token_id < embedding.vocab_end_index:
+def sum_partial_gradients(model) -> None:
+    """Sum over the tensor-parallel group the gradients of replicated tensors that each rank sees only part of: the
+    query and key norms (Qwen3's q_norm / k_norm, ``(head_dim,)``) act on this rank's heads only, so each rank holds
+    the gradient from its heads. Collective over the tensor-parallel group; a no-op at tensor parallel 1."""
+    from megatron.core import parallel_state
+
+    if parallel_state.get_tensor_model_parallel_world_size() == 1:
         return
-    row = pad_token_id - embedding.vocab_start_index
-    embedding.weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([row], device=grad.device), 0.0))
+    grads = [
+        p.grad
+        for name, p in model.named_parameters()
+        if p.grad is not None and name.endswith(("q_layernorm.weight", "k_layernorm.weight"))
+    ]
+    if not grads:
+        return
+    flat = torch._utils._flatten_dense_tensors(grads)
+    torch.distributed.all_reduce(flat, group=parallel_state.get_tensor_model_parallel_group())
+    for grad, summed in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
+        grad.copy_(summed)
+
+
+def _freeze_padding_row(embedding, pad_token_id: int | None) -> None:
+    """HF builds Qwen2's and Llama's input embedding with ``padding_idx=pad_token_id``: a lookup of that token passes
+    no gradient to its row. Do the same: the lookup's output at padding tokens is detached. With tied embeddings the
+    row still gets the output layer's gradient, as in transformers (a hook on the weight would zero both)."""
+    if pad_token_id is None:
+        return
+
+    def detach_padding(module, args, output):
+        is_padding = (args[0] == pad_token_id).unsqueeze(-1)
+        return torch.where(is_padding, output.detach(), output) if bool(is_padding.any()) else output
+
+    embedding.register_forward_hook(detach_padding)
 
 
 def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -50,16 +50,13 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
             "(torch norms, no TransformerEngine) cannot split sequences, and gloo has no reduce-scatter; set "
             f"{key}.sequence_parallel=False"
         )
-    dp = world_size // max(tp * pp, 1)
-    if trainable and settings.use_distributed_optimizer and dp > 1:
+    # param_offload / grad_offload / optimizer_offload: the engine keeps everything in host memory (CPU) already, so
+    # they hold with nothing to move (as the FSDP engine's offload guard on CPU); see MegatronEngine.resident
+    if settings.use_dist_checkpointing:
         problems.append(
-            f"{key}.use_distributed_optimizer=True with {dp} data-parallel replicas: this engine keeps a full "
-            "optimizer per replica (sharding its state needs reduce-scatter, which gloo lacks); set "
-            f"{key}.use_distributed_optimizer=False"
+            f"{key}.use_dist_checkpointing=True (start from a Megatron distributed checkpoint at "
+            f"dist_checkpointing_path) is not implemented by the Megatron engine yet: it loads the model from the HF "
+            f"folder of model.path and converts it at start-up; set {key}.use_dist_checkpointing=False"
         )
-    offloads = ("param_offload", "grad_offload", "optimizer_offload") if trainable else ("param_offload",)
-    for name in (*offloads, "use_dist_checkpointing"):
-        if getattr(settings, name):
-            problems.append(f"{key}.{name}=True is not implemented by the Megatron engine yet; set it to False")
     if problems:
         raise ValueError("; ".join(problems))

@@ -1,4 +1,4 @@
-"""Weights between a Hugging Face folder (Qwen2 / Llama names) and a tensor- and pipeline-parallel ``GPTModel``.
+"""Weights between a Hugging Face folder (Qwen2 / Qwen3 / Llama names) and a tensor- and pipeline-parallel ``GPTModel``.
 
 In: :func:`load_hf_weights` reads, for this rank's pipeline stage, each HF tensor it needs from the folder's
 safetensors files (one tensor at a time) and copies this rank's tensor-parallel slice into the module.
@@ -99,12 +99,15 @@ def _pad_vocab(weight: torch.Tensor, rows: int) -> torch.Tensor:
     return weight if missing == 0 else torch.cat([weight, weight.new_zeros(missing, *weight.shape[1:])])
 
 
-def hf_layer_names(layer: int, qkv_bias: bool) -> list[str]:
-    """HF names of decoder layer ``layer``'s tensors, in the order :func:`iter_hf_weights` yields them."""
+def hf_layer_names(layer: int, qkv_bias: bool, qk_norm: bool = False) -> list[str]:
+    """HF names of decoder layer ``layer``'s tensors, in the order :func:`iter_hf_weights` yields them
+    (``qk_norm``: Qwen3's per-head query and key norms)."""
     p = f"model.layers.{layer}."
     names = [p + "input_layernorm.weight"] + [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
     if qkv_bias:
         names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
+    if qk_norm:
+        names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
     names += [p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight"]
     return names + [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
 
@@ -149,6 +152,9 @@ def load_hf_weights(model, hf_config, folder_or_reader) -> None:
         if attn.linear_qkv.bias is not None:
             biases = [reader.get(p + f"self_attn.{x}_proj.bias") for x in "qkv"]
             put(attn.linear_qkv.bias, shard(qkv_to_megatron(*biases, groups), 0))
+        if attn.config.qk_layernorm:  # per head (head_dim,): replicated over tensor parallelism
+            put(attn.q_layernorm.weight, reader.get(p + "self_attn.q_norm.weight"))
+            put(attn.k_layernorm.weight, reader.get(p + "self_attn.k_norm.weight"))
         put(attn.linear_proj.weight, shard(reader.get(p + "self_attn.o_proj.weight"), 1))
         put(layer.pre_mlp_layernorm.weight, reader.get(p + "post_attention_layernorm.weight"))
         gate, up = reader.get(p + "mlp.gate_proj.weight"), reader.get(p + "mlp.up_proj.weight")
@@ -208,6 +214,8 @@ def _layer_tensors(layer, hf_config) -> list[torch.Tensor]:
     tensors += qkv_to_hf(_gather_tp(attn.linear_qkv.weight, 0), hf_config)
     if attn.linear_qkv.bias is not None:
         tensors += qkv_to_hf(_gather_tp(attn.linear_qkv.bias, 0), hf_config)
+    if attn.config.qk_layernorm:
+        tensors += [attn.q_layernorm.weight.detach().clone(), attn.k_layernorm.weight.detach().clone()]
     tensors += [_gather_tp(attn.linear_proj.weight, 1), layer.pre_mlp_layernorm.weight.detach().clone()]
     fc1 = _gather_tp(mlp.linear_fc1.weight, 0)  # tp blocks of [gate_r; up_r]
     gate_up = [block.chunk(2, dim=0) for block in fc1.chunk(tp, dim=0)]
@@ -215,12 +223,14 @@ def _layer_tensors(layer, hf_config) -> list[torch.Tensor]:
     return tensors + [_gather_tp(mlp.linear_fc2.weight, 1)]
 
 
-def _layer_shapes(hf_config, qkv_bias: bool) -> list[tuple[int, ...]]:
+def _layer_shapes(hf_config, qkv_bias: bool, qk_norm: bool = False) -> list[tuple[int, ...]]:
     heads, groups, head_dim = _dims(hf_config)
     hidden, inter = hf_config.hidden_size, hf_config.intermediate_size
     shapes = [(hidden,), (heads * head_dim, hidden), (groups * head_dim, hidden), (groups * head_dim, hidden)]
     if qkv_bias:
         shapes += [(heads * head_dim,), (groups * head_dim,), (groups * head_dim,)]
+    if qk_norm:
+        shapes += [(head_dim,), (head_dim,)]
     return shapes + [(hidden, heads * head_dim), (hidden,), (inter, hidden), (inter, hidden), (hidden, inter)]
 
 
@@ -244,7 +254,7 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     pp_group = parallel_state.get_pipeline_model_parallel_group() if pp > 1 else None
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
     pp_ranks = dist.get_process_group_ranks(pp_group) if pp > 1 else None
-    qkv_bias = bool(model.config.add_qkv_bias)
+    qkv_bias, qk_norm = bool(model.config.add_qkv_bias), bool(model.config.qk_layernorm)
     vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
     tied = bool(hf_config.tie_word_embeddings)
     cast: Callable[[torch.Tensor], torch.Tensor] = (lambda t: t) if dtype is None else (lambda t: t.to(dtype))
@@ -277,8 +287,8 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     del emb
     for stage, (start, n) in enumerate(spans):
         for j in range(n):
-            names = hf_layer_names(start + j, qkv_bias)
-            shapes = _layer_shapes(hf_config, qkv_bias)
+            names = hf_layer_names(start + j, qkv_bias, qk_norm)
+            shapes = _layer_shapes(hf_config, qkv_bias, qk_norm)
             tensors = from_stage(stage, lambda j=j: _layer_tensors(model.decoder.layers[j], hf_config), shapes)
             for name, tensor in zip(names, tensors):
                 yield name, cast(tensor)
@@ -346,8 +356,10 @@ def merge_stage_shards(shards: list[dict], hf_config, layer_offset: int) -> dict
                 merged[p + "input_layernorm.weight"] = first
             elif rest == "pre_mlp_layernorm.weight":
                 merged[p + "post_attention_layernorm.weight"] = first
+            elif rest in ("self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight"):
+                merged[p + f"self_attn.{rest.split('.')[1][0]}_norm.weight"] = first  # Qwen3's, replicated
             else:
-                raise KeyError(f"{key}: not a tensor of the Qwen2 / Llama layout this merger knows")
+                raise KeyError(f"{key}: not a tensor of the Qwen2 / Qwen3 / Llama layout this merger knows")
         else:
-            raise KeyError(f"{key}: not a tensor of the Qwen2 / Llama layout this merger knows")
+            raise KeyError(f"{key}: not a tensor of the Qwen2 / Qwen3 / Llama layout this merger knows")
     return merged

@@ -22,7 +22,7 @@ from verl.protocol import DataProto
 from verl.trainer.config import RolloutConfig
 from verl.utils.device import is_accelerator_available
 from verl.utils.torch_functional import pad_2d_list_to_length
-from verl.workers.rollout.base import BaseRollout, SamplingRequest
+from verl.workers.rollout.base import TRAJECTORY_ID, TRAJECTORY_SINK, BaseRollout, SamplingRequest, emit_trajectories
 from verl.workers.rollout.hf_rollout import build_rollout_output
 from verl.workers.rollout.vllm_cpu import cpu_kv_cache_bytes, cpu_rollout_dtype
 from verl.workers.sharding_manager.vllm_cpu_memory import released_bytes
@@ -327,10 +327,49 @@ class vLLMRollout(BaseRollout):
             params["stop_token_ids"] = [int(t) for t in eos_ids if t is not None]
         n = int(params["n"])
         self._require_engine_memory()
-        outputs = self.inference_engine.generate(
-            prompts=inputs, sampling_params=SamplingParams(**params), use_tqdm=False
-        )
+        sampling = SamplingParams(**params)
 
+        def build(outputs: list, rows: slice = slice(None)) -> DataProto:
+            tensors = (idx[rows], attention_mask[rows], position_ids[rows])
+            fields = {key: value[rows] for key, value in non_tensor.items()}
+            return self._build_output(outputs, *tensors, fields, n, response_length, eos_token_id, pad_token_id)
+
+        sink = meta.get(TRAJECTORY_SINK)
+        if sink is None:
+            return build(self.inference_engine.generate(prompts=inputs, sampling_params=sampling, use_tqdm=False))
+
+        # the reward loop scores each prompt's samples as soon as the last of them finishes
+        def emit(i: int, output) -> None:
+            emit_trajectories(sink, non_tensor[TRAJECTORY_ID][i : i + 1], 0, build([output], slice(i, i + 1)))
+
+        return build(self._generate_reporting_each(inputs, sampling, emit))
+
+    def _generate_reporting_each(self, inputs: list[dict], sampling: SamplingParams, on_finished) -> list:
+        """``LLM.generate`` (the same requests, hence the same samples), calling ``on_finished(prompt_index,
+        output)`` from inside its engine loop as each request finishes, while the others keep generating."""
+        llm = self.inference_engine
+        engine = llm.llm_engine
+        first_id = llm.request_counter.counter  # LLM numbers this call's requests from here, in prompt order
+        engine_step = engine.step
+
+        def step():
+            outputs = engine_step()
+            for output in outputs:
+                if output.finished:
+                    on_finished(int(output.request_id) - first_id, output)
+            return outputs
+
+        engine.step = step
+        try:
+            return llm.generate(prompts=inputs, sampling_params=sampling, use_tqdm=False)
+        finally:
+            del engine.step  # the class's method again
+
+    def _build_output(
+        self, outputs, idx, attention_mask, position_ids, non_tensor: dict, n, response_length, eos_token_id, pad_id
+    ) -> DataProto:
+        """The rollout's rows for ``outputs`` (one ``RequestOutput`` per prompt row of ``idx``, each with ``n``
+        samples): prompts repeated ``n`` times (interleaved), responses padded to ``response_length``."""
         responses, log_probs = [], []
         for output in outputs:
             for sample in output.outputs:
@@ -338,7 +377,7 @@ class vLLMRollout(BaseRollout):
                 responses.append(tokens)
                 if self.calculate_log_probs:
                     log_probs.append([step[tok].logprob for tok, step in zip(tokens, sample.logprobs)])
-        response = pad_2d_list_to_length(responses, pad_token_id, max_length=response_length).to(idx.device)
+        response = pad_2d_list_to_length(responses, pad_id, max_length=response_length).to(idx.device)
         if n > 1:
             idx = _repeat_interleave(idx, n)
             attention_mask = _repeat_interleave(attention_mask, n)
