@@ -8,6 +8,7 @@ needs (they would let one call burn CPU or memory).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from fractions import Fraction
 from typing import Any
@@ -15,7 +16,9 @@ from typing import Any
 from verl.multi_turn.tools.base_tool import BaseTool
 from verl.multi_turn.tools.schemas import OpenAIFunctionToolSchema
 
-__all__ = ["CalculatorError", "CalculatorTool", "evaluate", "format_number"]
+__all__ = ["BUSY", "CalculatorError", "CalculatorTool", "evaluate", "format_number"]
+
+BUSY = "busy"  # the answer to a call the service turns away (create_kwargs busy_calls): call again
 
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64
@@ -166,15 +169,42 @@ def format_number(value: Fraction) -> str:
 
 
 class CalculatorTool(BaseTool):
-    """``calculator(expression)``: the exact value as text, or ``Error: ...`` for an expression it refuses."""
+    """``calculator(expression)``: the exact value as text, or ``Error: ...`` for an expression it refuses.
+
+    Like a remote service, it can be slow and busy: ``config["latency_s"]`` (default 0) is waited (idle, an
+    ``asyncio.sleep``) on every call, and a trajectory created with ``busy_calls=k`` (a row's
+    ``tools_kwargs.calculator.create_kwargs``) is answered ``busy`` on its first ``k`` calls, so it needs ``k + 1``
+    calls (and ``k + 2`` assistant turns) to get its answer: the benchmark's long tail of turn counts.
+    """
+
+    def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
+        super().__init__(config, tool_schema)
+        self.latency_s = float(self.config.get("latency_s", 0.0))
+        if self.latency_s < 0:
+            raise ValueError(f"calculator config latency_s={self.latency_s}; expected seconds >= 0")
+        self._busy: dict[str, int] = {}
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
         """The built-in schema, used when the tool config gives none."""
         return OpenAIFunctionToolSchema.model_validate(SCHEMA)
 
+    async def create(self, instance_id: str | None = None, busy_calls: int = 0, **kwargs) -> str:
+        instance_id = await super().create(instance_id)
+        if busy_calls:
+            self._busy[instance_id] = int(busy_calls)
+        return instance_id
+
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[str, float, dict]:
         """Evaluate ``parameters["expression"]``; a refusal is an answer to the model, not an exception."""
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if self._busy.get(instance_id, 0) > 0:
+            self._busy[instance_id] -= 1
+            return BUSY, 0.0, {"ok": False, "busy": True}
         try:
             return format_number(evaluate(parameters.get("expression"))), 0.0, {"ok": True}
         except CalculatorError as e:
             return f"Error: {e}", 0.0, {"ok": False}
+
+    async def release(self, instance_id: str, **kwargs) -> None:
+        self._busy.pop(instance_id, None)

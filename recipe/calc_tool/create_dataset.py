@@ -26,13 +26,36 @@ import argparse
 import json
 import random
 
-from recipe.calc_tool.calculator import SCHEMA
+from recipe.calc_tool.calculator import BUSY, SCHEMA
 from recipe.char_count.create_dataset import write_splits
 
 DATA_SOURCE = "calc_tool"
 TOOL_NAME = SCHEMA["function"]["name"]
 
-__all__ = ["DATA_SOURCE", "answer_text", "make_problems", "rl_rows", "sft_rows", "tool_call_text", "write_dataset"]
+__all__ = [
+    "DATA_SOURCE",
+    "answer_text",
+    "busy_calls",
+    "make_problems",
+    "rl_rows",
+    "sft_rows",
+    "tool_call_text",
+    "write_dataset",
+]
+
+
+def busy_calls(index: int, busy_max: int, seed: int = 0) -> int:
+    """How many times the calculator answers ``busy`` to problem ``index``: 0..``busy_max`` with a long tail
+    (each extra refusal half as likely as the one before; the last value takes the rest), seeded."""
+    if busy_max <= 0:
+        return 0
+    draw = random.Random(seed * 1_000_003 + index).random()
+    k, share = 0, 0.5
+    while k < busy_max and draw >= share:
+        draw -= share
+        share /= 2
+        k += 1
+    return k
 
 
 def make_prompt(a: int, b: int) -> str:
@@ -78,9 +101,13 @@ def _miscopy(value: int, rng: random.Random) -> int:
     return int("".join(digits))
 
 
-def sft_rows(problems: list, skip_tool: float = 0.6, miscopy: float = 0.25, seed: int = 0) -> list[dict]:
+def sft_rows(
+    problems: list, skip_tool: float = 0.6, miscopy: float = 0.25, seed: int = 0, busy_max: int = 0
+) -> list[dict]:
     """Conversation rows; ``kind`` says which are clean (``tool``), skip the tool (``skip``) or miscopy
-    (``miscopy``): exactly ``round(skip_tool * n)`` skip, and ``round(miscopy * rest)`` of the rest miscopy."""
+    (``miscopy``): exactly ``round(skip_tool * n)`` skip, and ``round(miscopy * rest)`` of the rest miscopy. With
+    ``busy_max`` > 0 a tool conversation first meets ``busy_calls(i, busy_max)`` busy answers, each followed by the
+    same call again."""
     for name, share in (("skip_tool", skip_tool), ("miscopy", miscopy)):
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"{name}={share}; expected a share between 0 and 1")
@@ -100,6 +127,11 @@ def sft_rows(problems: list, skip_tool: float = 0.6, miscopy: float = 0.25, seed
             messages.append({"role": "assistant", "content": answer_text(product)})
         else:
             final = _miscopy(product, rng) if kind == "miscopy" else product
+            for _ in range(busy_calls(i, busy_max, seed)):
+                messages += [
+                    {"role": "assistant", "content": tool_call_text(expression)},
+                    {"role": "tool", "content": BUSY},
+                ]
             messages += [
                 {"role": "assistant", "content": tool_call_text(expression)},
                 {"role": "tool", "content": str(product)},
@@ -109,8 +141,9 @@ def sft_rows(problems: list, skip_tool: float = 0.6, miscopy: float = 0.25, seed
     return rows
 
 
-def rl_rows(problems: list, split: str) -> list[dict]:
-    """Rows in verl's RL schema; the ground truth is the product as a string."""
+def rl_rows(problems: list, split: str, busy_max: int = 0, seed: int = 0) -> list[dict]:
+    """Rows in verl's RL schema; the ground truth is the product as a string. With ``busy_max`` > 0 each row's
+    calculator answers ``busy`` to its first ``busy_calls(index, busy_max)`` calls (``create_kwargs``)."""
     return [
         {
             "data_source": DATA_SOURCE,
@@ -123,7 +156,12 @@ def rl_rows(problems: list, split: str) -> list[dict]:
                 "a": a,
                 "b": b,
                 # the rollout offers a row the tools named here (the calculator ignores the ground truth)
-                "tools_kwargs": {TOOL_NAME: {"create_kwargs": {"ground_truth": str(product)}}},
+                "tools_kwargs": {
+                    TOOL_NAME: {
+                        "create_kwargs": {"ground_truth": str(product)}
+                        | ({"busy_calls": busy_calls(i, busy_max, seed + 7)} if busy_max else {})
+                    }
+                },
             },
         }
         for i, (a, b, product) in enumerate(problems)
@@ -138,16 +176,26 @@ def write_dataset(
     num_rl_train: int = 1000,
     skip_tool: float = 0.6,
     miscopy: float = 0.25,
+    busy_max: int = 0,
+    sft_busy_max: int | None = None,
     **task,
 ) -> dict[str, str]:
     """Write the four parquet files into ``local_dir``; returns ``{name: path}``.
 
     The first ``num_test`` problems are the test set; SFT trains on the next ``num_train``, RL on the first
-    ``num_rl_train`` of those. ``task`` goes to :func:`make_problems` (min_digits, max_digits).
+    ``num_rl_train`` of those. ``task`` goes to :func:`make_problems` (min_digits, max_digits). ``busy_max``: the
+    most busy answers an RL row meets (0: none); ``sft_busy_max`` the same for SFT conversations (default
+    ``busy_max``; fewer keeps them short, and the model is to generalise "busy: call again").
     """
     problems = make_problems(num_test + num_train, seed, **task)
+    sft_busy = busy_max if sft_busy_max is None else sft_busy_max
     return write_splits(
-        local_dir, problems, num_test, num_rl_train, lambda rows: sft_rows(rows, skip_tool, miscopy, seed), rl_rows
+        local_dir,
+        problems,
+        num_test,
+        num_rl_train,
+        lambda rows: sft_rows(rows, skip_tool, miscopy, seed, sft_busy),
+        lambda rows, split: rl_rows(rows, split, busy_max, seed),
     )
 
 
@@ -162,6 +210,8 @@ def main(argv=None) -> None:
     parser.add_argument("--miscopy", type=float, default=0.25, help="share of tool answers copied with a wrong digit")
     parser.add_argument("--min_digits", type=int, default=2)
     parser.add_argument("--max_digits", type=int, default=2)
+    parser.add_argument("--busy_max", type=int, default=0, help="most 'busy' answers before the result (RL rows)")
+    parser.add_argument("--sft_busy_max", type=int, default=None, help="the same for SFT (default: --busy_max)")
     options = vars(parser.parse_args(argv))
     for name, path in write_dataset(options.pop("local_dir"), **options).items():
         print(f"{name}: {path}")

@@ -65,10 +65,12 @@ def check_fully_async_config(config) -> None:
             f"{at.trigger_parameter_sync_step - 1} versions and would all be dropped; set staleness_threshold >= "
             f"{at.trigger_parameter_sync_step - 1} or a smaller trigger_parameter_sync_step"
         )
-    if at.partial_rollout:
+    arr = cfg.actor_rollout_ref
+    if at.partial_rollout and arr.rollout.name != "hf":
         errors.append(
-            "async_training.partial_rollout=True: interrupting generations at a weight sync is not implemented yet; "
-            "set async_training.partial_rollout=False (a sync waits for the mini-batch in flight)"
+            f"async_training.partial_rollout=True with actor_rollout_ref.rollout.name={arr.rollout.name!r}: only the "
+            "HF rollout's decode loop can be paused at a weight sync; set rollout.name=hf or "
+            "async_training.partial_rollout=False (a sync then waits for the mini-batch in flight)"
         )
     if at.use_rollout_log_probs:
         errors.append(
@@ -81,18 +83,12 @@ def check_fully_async_config(config) -> None:
             "async_training.compute_prox_log_prob=True is not implemented; set it to False (rollout correction, "
             "algorithm.rollout_correction, corrects stale samples)"
         )
-    arr = cfg.actor_rollout_ref
     mini, train = arr.actor.ppo_mini_batch_size, cfg.data.train_batch_size
     if train != at.require_batches * mini:
         errors.append(
             f"data.train_batch_size={train} must equal async_training.require_batches={at.require_batches} x "
             f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}: the fully async trainer updates once per "
             f"require_batches mini-batches; set data.train_batch_size={at.require_batches * mini}"
-        )
-    if cfg.reward_model.enable:
-        errors.append(
-            "reward_model.enable=True: the reward-model worker is not supported by the fully async trainer yet; "
-            "use a rule reward (custom_reward_function.path or the built-in scorers)"
         )
     raise_config_errors(errors)
 

@@ -42,11 +42,22 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         self.max_weight_staleness = self.staleness_threshold  # RayPPOTrainer stops the run on anything older
         self.trigger_parameter_sync_step = int(cfg.trigger_parameter_sync_step)
         self.require_batches = int(cfg.require_batches)
+        # a weight sync pauses the generations in flight instead of waiting for them (the rollout worker's WeightGate)
+        self.partial_rollout = bool(cfg.partial_rollout)
         self.wait_timeout_s = float(self.ppo_config.trainer.watchdog_timeout_s or 3600)
         self.rollouter: Rollouter | None = None
         self.dropped_samples = 0
         self._taken = 0  # mini-batches taken for the update being collected
         self._data_version = 0  # the actor's version while the update being collected trains
+
+    def init_workers(self) -> None:
+        super().init_workers()
+        if self.partial_rollout:
+            self.rollout_wg.enable_partial_rollout()
+
+    def _worker_actor_options(self, roles: set[str]) -> dict:
+        # partial rollout: receive_weights runs on a second thread of the rollout actor while it generates
+        return {"max_concurrency": 2} if self.partial_rollout and "rollout" in roles else {}
 
     # ------------------------------------------------------------------------------------------------ the loop
     def fit(self) -> None:
@@ -143,19 +154,25 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             "fully_async/dropped_samples_total": float(self.dropped_samples),
             "fully_async/queue_size": float(self.rollouter.queue.qsize()),
             "fully_async/sample_version_min": float(versions.min()),
+            # partial rollout: mini-batches a weight sync interrupted (their responses span two or more versions)
+            "fully_async/partial_mini_batches": float(sum(_spans_versions(item.batch) for item in self._collected)),
             "fully_async/staleness_max": float(self._data_version - versions.min()),
             "timing_s/gen": float(sum(item.finished - item.started for item in self._collected)),
             "timing_s/wait_rollout": self._wait_rollout_s,
         }
 
     def _push_weights(self, version: int, timing_raw: dict, metrics: dict) -> None:
-        """Send the actor's weights as ``version`` once the rollout is between two mini-batches."""
+        """Send the actor's weights as ``version``: once the rollout is between two mini-batches, or (partial
+        rollout) at once, the generation in flight pausing for the load and finishing under the new weights."""
         with marked_timer("sync_rollout_weights", timing_raw):
-            self.rollouter.acquire_for_sync(self.wait_timeout_s)
-            try:
+            if self.partial_rollout:
                 stats = self.weight_sync.send(version)
-            finally:
-                self.rollouter.release()
+            else:
+                self.rollouter.acquire_for_sync(self.wait_timeout_s)
+                try:
+                    stats = self.weight_sync.send(version)
+                finally:
+                    self.rollouter.release()
         metrics.update({f"checkpoint_engine/{k}": v for k, v in stats.items()})
 
     # ------------------------------------------------------------------------------------------ collaborators
@@ -187,3 +204,12 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             "algorithm.adv_estimator=remax is not supported by the fully async trainer; use grpo, rloo, "
             "reinforce_plus_plus, opo or gae"
         )
+
+
+def _spans_versions(batch: DataProto) -> bool:
+    """Whether a generated mini-batch's sampled tokens come from more than one weight version."""
+    versions = batch.batch.get("weight_versions") if batch.batch is not None else None
+    if versions is None:
+        return False
+    sampled = versions[versions >= 0]
+    return bool(sampled.numel()) and int(sampled.max()) > int(sampled.min())

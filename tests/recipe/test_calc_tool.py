@@ -8,11 +8,13 @@ import pandas as pd
 import pytest
 import torch
 
-from recipe.calc_tool.calculator import CalculatorError, CalculatorTool, evaluate, format_number
+from recipe.calc_tool.calculator import BUSY, CalculatorError, CalculatorTool, evaluate, format_number
 from recipe.calc_tool.create_dataset import (
     DATA_SOURCE,
     answer_text,
+    busy_calls,
     make_problems,
+    rl_rows,
     sft_rows,
     tool_call_text,
     write_dataset,
@@ -128,6 +130,39 @@ def test_calculator_tool_answers_and_reports_errors():
     assert asyncio.run(tool.execute("t", {"expression": "open('x')"}))[0].startswith("Error:")
     assert asyncio.run(tool.execute("t", {}))[0].startswith("Error:")
     assert format_number(Fraction(-5, 2)) == "-2.5"
+
+
+def test_slow_busy_calculator_waits_and_turns_calls_away():
+    tool = CalculatorTool({"latency_s": 0.2})
+
+    async def trajectory():
+        instance = await tool.create("t", busy_calls=2, ground_truth="408")
+        start = asyncio.get_running_loop().time()
+        answers = [(await tool.execute(instance, {"expression": "12*34"}))[0] for _ in range(3)]
+        elapsed = asyncio.get_running_loop().time() - start
+        await tool.release(instance)
+        return answers, elapsed
+
+    answers, elapsed = asyncio.run(trajectory())
+    assert answers == [BUSY, BUSY, "408"]
+    assert elapsed >= 3 * 0.2
+    with pytest.raises(ValueError, match="latency_s"):
+        CalculatorTool({"latency_s": -1})
+
+
+def test_busy_calls_have_a_long_tail_and_reach_rows_and_conversations():
+    counts = [busy_calls(i, 4, seed=7) for i in range(4000)]
+    shares = [counts.count(k) / len(counts) for k in range(5)]
+    assert set(counts) == {0, 1, 2, 3, 4}
+    assert 0.45 < shares[0] < 0.55 and 0.2 < shares[1] < 0.3 and shares[1] > shares[2] > shares[3] > 0.04
+    assert busy_calls(3, 0) == 0 and counts == [busy_calls(i, 4, seed=7) for i in range(4000)]
+    problems = make_problems(40, seed=0)
+    rows = rl_rows(problems, "train", busy_max=4, seed=0)
+    busy = [r["extra_info"]["tools_kwargs"]["calculator"]["create_kwargs"]["busy_calls"] for r in rows]
+    assert busy == [busy_calls(i, 4, 7) for i in range(40)]
+    for i, row in enumerate(sft_rows(problems, skip_tool=0.0, miscopy=0.0, busy_max=2)):
+        tool_answers = [m["content"] for m in row["messages"] if m["role"] == "tool"]
+        assert tool_answers == [BUSY] * busy_calls(i, 2, 0) + [str(problems[i][2])]
 
 
 def test_tool_config_builds_the_calculator():

@@ -9,6 +9,7 @@ local transport), the tiny model of the PPO end-to-end tests.
   with an error naming the rollout worker group.
 """
 
+import contextlib
 import os
 import threading
 import time
@@ -27,6 +28,7 @@ from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.config import ConfigError
 from verl.trainer.main_ppo import build_trainer, prepare_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.workers.rollout.weight_gate import WeightGate
 
 STANDALONE = ["actor_rollout_ref.hybrid_engine=False", "trainer.n_gpus_per_node=1", "rollout.n_gpus_per_node=1"]
 
@@ -171,6 +173,90 @@ def test_staleness_1_never_trains_older_samples_and_counts_drops(workspace):
     assert not _rollouter_threads()
 
 
+class HeldGate(WeightGate):
+    """The rollout's gate, holding the decode loop of the second mini-batch's generation at its second step until
+    a weight swap waits (at most 30 s), so the sync of update 1 falls in the middle of that generation."""
+
+    def __init__(self, version):
+        super().__init__(version)
+        self.loops = 0
+
+    @contextlib.contextmanager
+    def running(self):
+        with super().running():
+            self.loops += 1
+            self.step_in_loop = 0
+            yield
+
+    def step(self):
+        self.step_in_loop += 1
+        if self.loops == 2 and self.step_in_loop == 2:
+            deadline = time.monotonic() + 30
+            while not self.pause_requested and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return super().step()
+
+
+class PartialAsync(RecordingAsync):
+    def init_workers(self):
+        super().init_workers()
+        (worker,) = self.rollout_wg._workers
+        rollout_worker = worker.worker_dict["rollout"]
+        engine = rollout_worker._standalone_rollout.rollout
+        self.gate = rollout_worker._weight_gate = engine.gate = HeldGate(rollout_worker._weight_gate.version)
+
+    def _train_on_rollouts(self, batch, reward, metrics, timing_raw):
+        self.token_versions = getattr(self, "token_versions", [])
+        mask = batch.batch["response_mask"].bool()
+        self.token_versions.append([row[m].tolist() for row, m in zip(batch.batch["weight_versions"], mask)])
+        return super()._train_on_rollouts(batch, reward, metrics, timing_raw)
+
+
+def test_partial_rollout_generation_interrupted_by_a_sync_finishes_under_the_new_weights(workspace):
+    extra = ["async_training.partial_rollout=True", "async_training.staleness_threshold=1"]
+    config = compose_recipe(_overrides(workspace, steps=2, extra=extra))
+    check_fully_async_config(config)
+    fa = _fit(config, PartialAsync)
+    assert fa.gate.pauses >= 1
+    # update 1: the first mini-batch, all from the initial weights (version 0)
+    assert all(set(row) == {0} for row in fa.token_versions[0])
+    # update 2: the mini-batch the sync of version 1 interrupted: each response's first tokens (at least the one
+    # sampled before the hold) are version 0, the rest version 1, in that order
+    interrupted = fa.token_versions[1]
+    assert all(row and row[0] == 0 and row == sorted(row) and set(row) <= {0, 1} for row in interrupted)
+    assert any(1 in row for row in interrupted)
+    second = fa.step_metrics[1]
+    assert second["fully_async/partial_mini_batches"] == 1
+    assert second["rollout_corr/mixed_version_seq_fraction"] > 0
+    assert second["rollout_corr/token_staleness_max"] == 1 and second["training/weight_version_staleness/max"] == 1
+    assert fa.trained[1][0] == 1 and set(fa.trained[1][1].tolist()) == {0}  # a sample is as old as its oldest token
+    assert not _rollouter_threads()
+
+
+def test_reward_model_worker_scores_the_async_samples(workspace):
+    # the workspace's critic (a tiny model with a score head) serves as the reward model
+    extra = [
+        "reward_model.enable=True",
+        f"reward_model.model.path={workspace['critic']}",
+        "reward_model.micro_batch_size_per_gpu=4",
+        "async_training.staleness_threshold=1",
+    ]
+    config = compose_recipe(_overrides(workspace, steps=2, extra=extra))
+    check_fully_async_config(config)
+    fa = _fit(config, RecordingRewardModel)
+    assert len(fa.step_metrics) == 2 and len(fa.rm_scores) == 2
+    for scores in fa.rm_scores:  # the reward model's scores of every sample: real numbers, not a rule's 0/1
+        assert scores.shape == (4 * 2,) and len(set(scores.tolist())) > 1
+    assert not _rollouter_threads()
+
+
+class RecordingRewardModel(RecordingAsync):
+    def _compute_reward(self, batch, timing_raw):
+        batch, reward = super()._compute_reward(batch, timing_raw)
+        self.rm_scores = getattr(self, "rm_scores", []) + [batch.batch["rm_scores"].sum(dim=-1)]
+        return batch, reward
+
+
 class FailingRolloutAsync(RecordingAsync):
     """The rollout worker group fails on its third generation (a worker that died)."""
 
@@ -205,17 +291,19 @@ def test_recipe_config_refuses_what_is_not_implemented():
     base = ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
     check_fully_async_config(compose_recipe(base))
     cases = {
-        "async_training.partial_rollout=True": r"partial_rollout=True.*set async_training.partial_rollout=False",
+        "async_training.partial_rollout=True actor_rollout_ref.rollout.name=vllm": r"partial_rollout=True with "
+        r"actor_rollout_ref.rollout.name='vllm'.*set rollout.name=hf",
         "async_training.staleness_threshold=0.1": r"staleness_threshold=0.1 must be an integer >= 0",
         "async_training.use_rollout_log_probs=True": r"use_rollout_log_probs=True.*bypass_mode=True",
         "async_training.compute_prox_log_prob=True": r"compute_prox_log_prob=True is not implemented",
         "async_training.require_batches=2": r"train_batch_size=4 must equal async_training.require_batches=2",
-        "reward_model.enable=True": r"reward_model.enable=True.*not supported",
         "actor_rollout_ref.hybrid_engine=True": r"hybrid_engine=True",
     }
     for override, message in cases.items():
         with pytest.raises(ConfigError, match=message):
-            check_fully_async_config(compose_recipe(base + [override]))
+            check_fully_async_config(compose_recipe(base + override.split()))
+    hf = ["actor_rollout_ref.rollout.name=hf"]
+    check_fully_async_config(compose_recipe(base + hf + ["async_training.partial_rollout=True"]))
     stale = base + ["async_training.trigger_parameter_sync_step=3", "async_training.staleness_threshold=1"]
     with pytest.raises(ConfigError, match=r"set staleness_threshold >= 2"):
         check_fully_async_config(compose_recipe(stale))

@@ -188,7 +188,8 @@ class AgentLoopRollout(BaseRollout):
         attention = torch.zeros_like(input_ids)
         loss_mask = torch.zeros_like(input_ids)
         log_probs = torch.full((size, response_len), -1.0)
-        has_log_probs = False
+        versions = torch.full((size, response_len), -1, dtype=torch.long)
+        has_log_probs = has_versions = False
         for i, out in enumerate(outputs):
             p, r = len(out.prompt_ids), len(out.response_ids)
             input_ids[i, prompt_len - p : prompt_len] = torch.tensor(out.prompt_ids, dtype=torch.long)
@@ -199,6 +200,9 @@ class AgentLoopRollout(BaseRollout):
                 values = [-1.0 if lp is None else lp for lp in out.response_logprobs]
                 has_log_probs |= any(lp is not None for lp in out.response_logprobs)
                 log_probs[i, : len(values)] = torch.tensor(values)
+            if out.response_versions is not None and any(v >= 0 for v in out.response_versions):
+                has_versions = True
+                versions[i, : len(out.response_versions)] = torch.tensor(out.response_versions, dtype=torch.long)
         batch = TensorDict(
             {
                 "prompts": input_ids[:, :prompt_len],
@@ -212,6 +216,8 @@ class AgentLoopRollout(BaseRollout):
         )
         if has_log_probs:
             batch["rollout_log_probs"] = log_probs
+        if has_versions:  # partial rollout: the weight version that sampled each response token (-1 elsewhere)
+            batch["weight_versions"] = versions
         lent = prompts.meta_info[ROW_CONTEXT_KEYS] if ROW_CONTEXT_KEYS in prompts.meta_info else []
         non_tensor = {k: np.repeat(v, n, axis=0) for k, v in prompts.non_tensor_batch.items() if k not in lent}
         non_tensor["messages"] = _object_array([out.messages for out in outputs])

@@ -29,6 +29,8 @@ class Trajectory:
     response_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     log_probs: list[float | None] = field(default_factory=list)
+    # partial rollout: the weight version that sampled each response id (-1 on ids the model did not generate)
+    versions: list[int] = field(default_factory=list)
     assistant_turns: int = 0
     user_turns: int = 0
     tool_calls: int = 0
@@ -47,12 +49,13 @@ class Trajectory:
         """What the engine continues from: the whole conversation so far."""
         return self.prompt_ids + self.response_ids
 
-    def add_generated(self, ids: list[int], log_probs: list[float] | None) -> None:
-        """Append the model's tokens (trained on), cut to the budget."""
+    def add_generated(self, ids: list[int], log_probs: list[float] | None, versions: list[int] | None = None) -> None:
+        """Append the model's tokens (trained on), cut to the budget; ``versions``: the weight version of each."""
         ids = ids[: self.remaining]
         self.response_ids += ids
         self.loss_mask += [1] * len(ids)
         self.log_probs += list(log_probs[: len(ids)]) if log_probs is not None else [None] * len(ids)
+        self.versions += list(versions[: len(ids)]) if versions is not None else [-1] * len(ids)
 
     def add_context(self, ids: list[int]) -> bool:
         """Append template, tool or user tokens (not trained on); False when they did not all fit."""
@@ -61,6 +64,7 @@ class Trajectory:
         self.response_ids += ids
         self.loss_mask += [0] * len(ids)
         self.log_probs += [None] * len(ids)
+        self.versions += [-1] * len(ids)
         return fits
 
     def finish(self, reason: str) -> None:

@@ -12,10 +12,12 @@ __all__ = ["GeneratedTurn", "TurnEngine", "TurnServer"]
 
 @dataclass
 class GeneratedTurn:
-    """One assistant turn from the engine: the sampled ids (through the stop token) and their log-probs."""
+    """One assistant turn from the engine: the sampled ids (through the stop token), their log-probs, and (partial
+    rollout) the weight version that sampled each."""
 
     token_ids: list[int]
     log_probs: list[float] | None = None
+    versions: list[int] | None = None
 
 
 class TurnEngine(Protocol):

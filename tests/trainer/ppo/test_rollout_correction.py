@@ -237,3 +237,18 @@ def test_thresholds_parse():
         parse_is_threshold(0)
     rules = parse_rs_spec("token_k1,seq_max_k3", "2.0,0.01")
     assert [(r.option, r.lower, r.upper) for r in rules] == [("token_k1", 0.5, 2.0), ("seq_max_k3", None, 0.01)]
+
+
+def test_token_version_metrics_count_sampled_tokens_only():
+    from verl.trainer.ppo.rollout_corr_helper import compute_token_version_metrics
+
+    # row 0: versions 3,3,4 then padding; row 1: a tool token (-1) between two version-4 tokens; row 2: none sampled
+    versions = torch.tensor([[3, 3, 4, -1], [4, -1, 4, 4], [-1, -1, -1, -1]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 1, 0], [0, 0, 0, 0]])
+    metrics = compute_token_version_metrics(versions, actor_version=5, response_mask=mask)
+    # staleness of the 5 sampled tokens: 2, 2, 1, 1, 1
+    assert metrics["rollout_corr/token_staleness_mean"] == pytest.approx(7 / 5)
+    assert metrics["rollout_corr/token_staleness_max"] == 2
+    assert metrics["rollout_corr/token_version_min"] == 3
+    assert metrics["rollout_corr/mixed_version_seq_fraction"] == pytest.approx(1 / 2)  # row 0 of the 2 with tokens
+    assert compute_token_version_metrics(versions[2:], 5, mask[2:]) == {}

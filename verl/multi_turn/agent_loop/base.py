@@ -66,9 +66,11 @@ class AgentLoopOutput:
     ``prompt_ids``: the templated prompt (at most ``rollout.prompt_length`` ids); ``response_ids``: everything after
     it (at most ``rollout.response_length``), with ``response_mask`` 1 on the ids the model generated (trained on)
     and 0 on tool, user and template ids; ``response_logprobs`` the engine's log-prob per response id (None where
-    unknown). ``num_turns`` counts assistant turns; ``user_turns``, ``tool_calls``, ``tool_seconds`` (wall time
-    spent waiting on tools) and ``template_drift`` (the ids differ from the re-templated final conversation) become
-    the ``multi_turn/*`` step metrics; ``metrics`` are averaged over the batch as ``agent_loop/<key>``.
+    unknown); ``response_versions`` (partial rollout) the weight version that sampled each response id (-1 on ids
+    the model did not generate; None: not reported). ``num_turns`` counts assistant turns; ``user_turns``,
+    ``tool_calls``, ``tool_seconds`` (wall time spent waiting on tools) and ``template_drift`` (the ids differ from
+    the re-templated final conversation) become the ``multi_turn/*`` step metrics; ``metrics`` are averaged over the
+    batch as ``agent_loop/<key>``.
     """
 
     prompt_ids: list[int]
@@ -76,6 +78,7 @@ class AgentLoopOutput:
     response_mask: list[int]
     response_logprobs: list[float | None] | None = None
     num_turns: int = 1
+    response_versions: list[int] | None = None
     messages: list[dict] | None = None
     reward_scores: dict[str, Any] = field(default_factory=dict)
     user_turns: int = 0

@@ -21,6 +21,7 @@ class SingleTurnAgentLoop(AgentLoopBase):
             response_ids=ids,
             response_mask=[1] * len(ids),
             response_logprobs=log_probs,
+            response_versions=list(turn.versions[: len(ids)]) if turn.versions is not None else None,
             num_turns=1,
             messages=messages,
         )

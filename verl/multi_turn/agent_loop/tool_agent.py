@@ -78,6 +78,7 @@ class ToolAgentLoop(AgentLoopBase):
             response_ids=t.response_ids,
             response_mask=t.loss_mask,
             response_logprobs=t.log_probs,
+            response_versions=t.versions,
             num_turns=t.assistant_turns,
             messages=t.messages,
             reward_scores=t.reward_scores(),
@@ -130,7 +131,7 @@ class ToolAgentLoop(AgentLoopBase):
             await self.context.interaction.finalize_interaction(t.request_id)
 
     async def _after_turn(self, t: Trajectory, turn: GeneratedTurn) -> None:
-        t.add_generated(turn.token_ids, turn.log_probs)
+        t.add_generated(turn.token_ids, turn.log_probs, turn.versions)
         t.assistant_turns += 1
         text = self.context.chat.decode(turn.token_ids)
         t.messages.append({"role": "assistant", "content": text})

@@ -36,7 +36,11 @@ from verl.trainer.ppo.mfu import PhaseMFU
 from verl.trainer.ppo.resources import ResourcePoolManager, Role
 from verl.trainer.ppo.reward import PendingReward, compute_reward, reward_source_metrics, submit_reward
 from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts, streams_trajectories
-from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
+from verl.trainer.ppo.rollout_corr_helper import (
+    compute_token_version_metrics,
+    rollout_correction,
+    rollout_correction_kwargs,
+)
 from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
 from verl.trainer.ppo.weight_sync import WeightSync
 from verl.utils.debug import marked_timer
@@ -255,6 +259,7 @@ class RayPPOTrainer:
             if not class_dict:
                 continue
             worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
+            worker_dict_cls.update_options(self._worker_actor_options(set(class_dict)))
             wg_dict = self.ray_worker_group_cls(
                 resource_pool=pool, ray_cls_with_init=worker_dict_cls, device_name=self.device_name, **wg_kwargs
             )
@@ -285,6 +290,10 @@ class RayPPOTrainer:
             self.weight_sync = WeightSync(self.actor_wg, self.rollout_wg)
         # async mode: the workers' rollout plays agent loops (see AsyncActorRolloutRefWorker); called the same way
         self.async_rollout_mode = self.ppo_config.actor_rollout_ref.rollout.mode == "async"
+
+    def _worker_actor_options(self, roles: set[str]) -> dict:
+        """Extra Ray actor options for the workers of a pool holding ``roles`` (a recipe may need more)."""
+        return {}
 
     def _make_watchdog(self):
         """Deadlines of the worker-group calls (``trainer.watchdog_*``), stacks written under the run directory; a
@@ -606,6 +615,12 @@ class RayPPOTrainer:
         metrics["training/weight_version_staleness/max"] = int(staleness.max())
         metrics["training/weight_version_staleness/mean"] = float(staleness.mean())
         metrics["training/weight_version/min"] = int(np.min(versions))
+        if "weight_versions" in batch.batch.keys():  # partial rollout: the version of every sampled token
+            metrics.update(
+                compute_token_version_metrics(
+                    batch.batch["weight_versions"], self._actor_weight_version(), batch.batch["response_mask"]
+                )
+            )
         if staleness.max() > self.max_weight_staleness or staleness.min() < 0:
             raise RuntimeError(
                 f"step {self.global_steps}: samples generated with weight versions {sorted(set(versions.tolist()))} "

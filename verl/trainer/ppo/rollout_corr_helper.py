@@ -35,6 +35,7 @@ __all__ = [
     "RS_OPTIONS",
     "compute_offpolicy_metrics",
     "compute_rollout_correction_and_rejection_mask",
+    "compute_token_version_metrics",
     "correction_enabled",
     "parse_is_threshold",
     "parse_rs_spec",
@@ -250,6 +251,35 @@ def compute_offpolicy_metrics(
         "ppl_ratio": torch.exp(_masked_mean(-log_ppl_diff, seq_mask)),
     }
     return {METRIC_PREFIX + k: float(v) for k, v in metrics.items()}
+
+
+def compute_token_version_metrics(
+    weight_versions: torch.Tensor, actor_version: int, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """How stale each trained token is (partial rollout: a response's tokens may come from several weight versions);
+    keys ``rollout_corr/token_staleness_{mean,max}``, ``rollout_corr/mixed_version_seq_fraction`` (responses whose
+    tokens span more than one version) and ``rollout_corr/token_version_min``.
+
+    ``weight_versions`` ``(bs, response_length)``: the version that sampled each token, -1 where none was sampled
+    (tool and template tokens, padding); ``response_mask`` ``(bs, response_length)``. Bypass mode's ratio is taken
+    against each token's own rollout log-prob, so the correction is per token whatever version sampled it.
+    """
+    sampled = response_mask.bool() & (weight_versions >= 0)
+    if not sampled.any():
+        return {}
+    versions = weight_versions.long()
+    staleness = (actor_version - versions).double()
+    big = torch.iinfo(torch.long).max
+    newest = torch.where(sampled, versions, -1).max(dim=-1).values
+    oldest = torch.where(sampled, versions, big).min(dim=-1).values
+    has_tokens = sampled.any(dim=-1)
+    mixed = (newest > oldest) & has_tokens
+    return {
+        METRIC_PREFIX + "token_staleness_mean": float(_masked_mean(staleness, sampled.double())),
+        METRIC_PREFIX + "token_staleness_max": float(staleness[sampled].max()),
+        METRIC_PREFIX + "token_version_min": float(versions[sampled].min()),
+        METRIC_PREFIX + "mixed_version_seq_fraction": float(mixed.sum() / has_tokens.sum()),
+    }
 
 
 def _is_weights(

@@ -79,7 +79,14 @@ class WeightSync:
         """Send the actor's current weights as ``version``; the transfer's stats (``version``, ``bytes``,
         ``seconds``, ``buckets``, ... as the sender measured them, plus the driver's ``wall_seconds``)."""
         start = time.perf_counter()
-        sent, _ = self._call(lambda: self.actor_wg.send_weights(version), self.rollout_wg.receive_weights)
+        try:
+            sent, _ = self._call(lambda: self.actor_wg.send_weights(version), self.rollout_wg.receive_weights)
+        except Exception as exc:
+            # a dead worker on one side shows on the other as a broken collective: name the one that died
+            lost = self._lost_worker(exc)
+            if lost is None:
+                raise
+            raise lost from exc
         wall = time.perf_counter() - start
         per_rank = [_as_dict(s) for s in (sent if isinstance(sent, list) else [sent]) if s]
         stats = max(per_rank, key=lambda s: s.get("bytes", 0)) if per_rank else {"version": version}
@@ -87,6 +94,23 @@ class WeightSync:
         self.version = version
         self.history.append(stats)
         return stats
+
+    def _lost_worker(self, error: Exception) -> Exception | None:
+        """A ``WorkerLostError`` naming the rollout's or the actor's worker that is dead after a failed transfer (Ray
+        groups: each worker is pinged, 10 s at most), or None when every worker answers."""
+        for group, phase in ((self.rollout_wg, "receive_weights"), (self.actor_wg, "send_weights")):
+            if not hasattr(group, "_worker_lost"):  # in-process groups: nothing can die apart from the driver
+                continue
+            import ray
+
+            pings = [worker.__ray_ready__.remote() for worker in group.workers]
+            ready, _ = ray.wait(pings, num_returns=len(pings), timeout=10)
+            for ping in ready:
+                try:
+                    ray.get(ping)
+                except ray.exceptions.RayActorError as died:
+                    return group._worker_lost(phase, died)
+        return None
 
     def send_if_behind(self, version: int) -> dict | None:
         """Send ``version`` unless the rollout has it already."""

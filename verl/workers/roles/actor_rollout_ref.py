@@ -73,6 +73,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         self._standalone_rollout = None
         self.checkpoint_engine = None
         self.weight_version = -1  # the version of the weights this worker generates with; -1: the checkpoint's own
+        self._weight_gate = None  # partial rollout (enable_partial_rollout): weight loads pause the generations
 
     @property
     def actor_module(self) -> torch.nn.Module:
@@ -211,8 +212,14 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 output = self.rollout_sharding_manager.postprocess_data(output)
         output.meta_info["timing"] = {"generate_sequences": time.perf_counter() - start, "reshard": reshard}
         if self._standalone:  # which policy generated each sample, for the trainer's staleness checks
-            output.non_tensor_batch["weight_version"] = np.full(len(output), self.weight_version, dtype=np.int64)
-            output.meta_info["weight_version"] = self.weight_version
+            version = np.full(len(output), self.weight_version, dtype=np.int64)
+            token_versions = output.batch.get("weight_versions") if output.batch is not None else None
+            if token_versions is not None:  # partial rollout: a sample is as old as its oldest sampled token
+                sampled = token_versions >= 0
+                oldest = torch.where(sampled, token_versions, torch.iinfo(torch.long).max).min(dim=1).values
+                version = np.where(sampled.any(dim=1).numpy(), oldest.numpy(), version)
+            output.non_tensor_batch["weight_version"] = version
+            output.meta_info["weight_version"] = int(version.min()) if len(version) else self.weight_version
         return output.to("cpu")
 
     @contextmanager
@@ -352,9 +359,41 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         assert self._standalone, f"receive_weights needs a standalone rollout, this worker is {self.role!r}"
         if self.checkpoint_engine is None:
             raise RuntimeError("receive_weights before init_checkpoint_engine")
-        self._standalone_rollout.load_weights(self.checkpoint_engine.receive_weights())
-        self.weight_version = self.checkpoint_engine.version
+
+        def load() -> int:
+            self._standalone_rollout.load_weights(self.checkpoint_engine.receive_weights())
+            self.weight_version = self.checkpoint_engine.version
+            return self.weight_version
+
+        if self._weight_gate is None:
+            load()
+        else:  # partial rollout: the generations in flight pause at their next decode step and resume after it
+
+            def load_released() -> int:
+                with self._standalone_rollout.rollout.weights_released():  # into the originals, not cast copies
+                    return load()
+
+            self._weight_gate.swap(load_released)
         return self.checkpoint_engine.last_stats
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def enable_partial_rollout(self) -> None:
+        """Let :meth:`receive_weights` run while a generation is in flight (on a thread of its own: a Ray actor with
+        ``max_concurrency`` >= 2): it pauses the generation after its current decode step, loads the weights, and the
+        generation resumes under them; responses then carry ``weight_versions`` ``(bs, response_length)``, the
+        version that sampled each token (-1 where none was sampled). The HF rollout only."""
+        from verl.workers.rollout import HFRollout
+        from verl.workers.rollout.weight_gate import WeightGate
+
+        assert self._standalone, f"partial rollout needs a standalone rollout, this worker is {self.role!r}"
+        engine = self._standalone_rollout.rollout
+        if not isinstance(engine, HFRollout):
+            raise ValueError(
+                f"partial rollout pauses the HF rollout's decode loop; actor_rollout_ref.rollout.name="
+                f"{self.config.rollout.name!r} cannot be paused mid-generation: use rollout.name=hf or "
+                "async_training.partial_rollout=False"
+            )
+        self._weight_gate = engine.gate = WeightGate(self.weight_version)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def close_checkpoint_engine(self) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import threading
 
 import numpy as np
 import torch
 import torch.nn as nn
 from omegaconf import DictConfig
 from tensordict import TensorDict
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from verl.protocol import DataProto
 from verl.trainer.config import RolloutConfig
@@ -92,6 +94,12 @@ class HFRollout(BaseRollout):
         super().__init__()
         self.config = RolloutConfig.from_config(config)
         self.module = module
+        # partial rollout (a standalone worker sets it): a weight load pauses the decode loops in flight, see
+        # verl/workers/rollout/weight_gate.py; None: every generation runs to its end under one set of weights
+        self.gate = None
+        self._context: contextlib.ExitStack | None = None
+        # a weight load on another thread (partial rollout) closes and reopens the context: one at a time
+        self._context_lock = threading.RLock()
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate for left-padded ``input_ids``/``attention_mask``/``position_ids`` ``(B, P)``; tensors only.
@@ -115,25 +123,116 @@ class HFRollout(BaseRollout):
         The trainer recomputes log-probs with the training weights, so only the samples see bf16 rounding. Decode
         steps attend with :func:`~verl.workers.engine.fsdp.cpu_attention.cpu_attention_forward` (sdpa's CPU kernel
         is slow for one query row)."""
-        with contextlib.ExitStack() as stack:
-            version = fsdp_version(self.module)
-            if version == 1:
-                from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-                # recurse=True also covers nested wrapped layers (verl disables the wrap policy for the HF rollout).
-                stack.enter_context(FSDP.summon_full_params(self.module, writeback=False, recurse=True))
-            elif version == 2:
-                stack.enter_context(fsdp2_full_params(self.module))
-            if not is_accelerator_available():
-                from verl.workers.engine.fsdp.cpu_attention import cpu_attention
-                from verl.workers.rollout.vllm_cpu import cpu_rollout_dtype
-
-                stack.enter_context(cpu_attention(self.module))
-
-                dtype = getattr(torch, cpu_rollout_dtype(self.config.dtype), None)  # None for "auto": no cast
-                if isinstance(dtype, torch.dtype):
-                    stack.enter_context(weights_cast_to(self.module, dtype))
+        with self._context_lock:
+            if self._context is not None:  # nested: the outer call's context serves
+                outer = True
+            else:
+                outer, self._context = False, self._enter_generation_context()
+        try:
             yield
+        finally:
+            if not outer:
+                with self._context_lock:
+                    self._context.close()
+                    self._context = None
+
+    @contextlib.contextmanager
+    def weights_released(self):
+        """Around a weight load on another thread while no decode step runs (partial rollout): a generation context
+        that is open (an agent-loop batch waiting on tools, a parked decode loop) is closed for the load, so the load
+        writes the float32 originals rather than the cast copies decoding uses, and reopened (cast anew) after it."""
+        with self._context_lock:
+            inside = self._context is not None
+            if inside:
+                self._context.close()
+            try:
+                yield
+            finally:
+                if inside:
+                    self._context = self._enter_generation_context()
+
+    def _enter_generation_context(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        version = fsdp_version(self.module)
+        if version == 1:
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            # recurse=True also covers nested wrapped layers (verl disables the wrap policy for the HF rollout).
+            stack.enter_context(FSDP.summon_full_params(self.module, writeback=False, recurse=True))
+        elif version == 2:
+            stack.enter_context(fsdp2_full_params(self.module))
+        if not is_accelerator_available():
+            from verl.workers.engine.fsdp.cpu_attention import cpu_attention
+            from verl.workers.rollout.vllm_cpu import cpu_rollout_dtype
+
+            stack.enter_context(cpu_attention(self.module))
+
+            dtype = getattr(torch, cpu_rollout_dtype(self.config.dtype), None)  # None for "auto": no cast
+            if isinstance(dtype, torch.dtype):
+                stack.enter_context(weights_cast_to(self.module, dtype))
+        return stack
+
+    def _generate_segments(self, input_ids, attention_mask, config: GenerationConfig, stop_ids, **model_kwargs):
+        """``module.generate`` that a weight swap (``self.gate``) may pause after any decode step: the rows then
+        continue from their prompt plus the tokens they have, under the new weights.
+
+        ``input_ids`` / ``attention_mask`` ``(b, P)``; returns the generated ids ``(b*num_return, T)``, their
+        log-probs ``(b*num_return, T)`` float32 (``calculate_log_probs``; else None) and the weight version of each
+        (``(b*num_return, T)`` int64; None without a gate).
+        """
+        # synced_gpus=False: HF's default for an FSDP-managed module all-reduces "unfinished" every decode step, but
+        # the generation context has unsharded the weights, and ranks make different numbers of calls (agent loops
+        # with different turn counts): a rank past its last call would leave the others waiting forever. FSDP1's
+        # forward still gathers inside summon_full_params, so it keeps HF's lockstep (None: HF decides).
+        synced = None if fsdp_version(self.module) == 1 else False
+        want_log_probs = self.config.calculate_log_probs
+        if self.gate is None or model_kwargs:  # multimodal inputs are not re-fed on a resume: never paused
+            out = self.module.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                synced_gpus=synced,
+                **model_kwargs,
+            )
+            new = out.sequences[:, input_ids.size(1) :]
+            log_probs = sampled_log_probs(self._step_logits(out), new, torch.ones_like(new)) if want_log_probs else None
+            return new, log_probs, None
+        budget, min_new = config.max_new_tokens, config.min_new_tokens or 0
+        stop = torch.tensor(sorted(stop_ids), device=input_ids.device)
+        ids, mask, pieces, log_probs, versions = input_ids, attention_mask, [], [], []
+        while True:
+            with self.gate.running():
+                version = self.gate.version
+                out = self.module.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    generation_config=config,
+                    synced_gpus=synced,
+                    stopping_criteria=StoppingCriteriaList([_PauseForWeights(self.gate)]),
+                )
+            new = out.sequences[:, ids.size(1) :]
+            pieces.append(new)
+            versions.append(torch.full(new.shape, version, dtype=torch.long, device=new.device))
+            if want_log_probs:
+                log_probs.append(sampled_log_probs(self._step_logits(out), new, torch.ones_like(new)))
+            generated = torch.cat(pieces, dim=1)
+            stopped = torch.isin(generated, stop).any(dim=1) if generated.size(1) >= min_new else None
+            if generated.size(1) >= budget or (stopped is not None and bool(stopped.all())):
+                break
+            # the swap stopped this loop (nothing else ends it early): wait for the weights, go on from here
+            self.gate.park()
+            mask = mask.repeat_interleave(out.sequences.size(0) // mask.size(0), dim=0)
+            ids, mask = out.sequences, torch.cat([mask, torch.ones_like(new)], dim=1)
+            config = copy.deepcopy(config)
+            config.num_return_sequences = 1
+            config.max_new_tokens = budget - generated.size(1)
+            if min_new:
+                config.min_new_tokens = max(0, min_new - generated.size(1))
+        return (
+            torch.cat(pieces, dim=1),
+            torch.cat(log_probs, dim=1) if want_log_probs else None,
+            torch.cat(versions, dim=1),
+        )
 
     def _log_prob_kwargs(self) -> dict:
         """``generate`` options that keep the per-step logits for ``rollout_log_probs`` (``calculate_log_probs``):
@@ -195,18 +294,15 @@ class HFRollout(BaseRollout):
                     **self._log_prob_kwargs(),
                     **gen_kwargs,
                 )
-                out = self.module.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-                generated = out.sequences[:, width:]
-                step_log_probs = None
-                if self.config.calculate_log_probs:
-                    step_log_probs = sampled_log_probs(self._step_logits(out), generated, torch.ones_like(generated))
-                    step_log_probs = step_log_probs.tolist()
+                generated, step_log_probs, versions = self._generate_segments(ids, mask, config, stop_token_ids)
+                step_log_probs = step_log_probs.tolist() if step_log_probs is not None else None
+                versions = versions.tolist() if versions is not None else None
                 for i, (row, limit) in enumerate(zip(generated.tolist(), limits)):
                     row = row[:limit]
                     ends = [j for j, tok in enumerate(row) if tok in stop_token_ids]
                     kept = ends[0] + 1 if ends else len(row)
                     log_probs = step_log_probs[i][:kept] if step_log_probs is not None else None
-                    turns.append(GeneratedTurn(row[:kept], log_probs))
+                    turns.append(GeneratedTurn(row[:kept], log_probs, versions[i][:kept] if versions else None))
         if was_training:
             self.module.train()
         return turns
@@ -261,28 +357,42 @@ class HFRollout(BaseRollout):
                 from verl.models.transformers.qwen2_vl import generation_inputs
 
                 vision_kwargs = generation_inputs(self.module.config, input_ids, multi_modal_inputs)
-            output = self.module.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask[:, start:].to(device),
-                generation_config=generation_config,
-                **vision_kwargs,
+            eos_ids = eos_token_id if isinstance(eos_token_id, list | tuple) else [eos_token_id]
+            responses, step_log_probs, versions = self._generate_segments(
+                input_ids, attention_mask[:, start:].to(device), generation_config, eos_ids, **vision_kwargs
             )
-        seq = output.sequences.to(idx.device)
+        responses = responses.to(idx.device)
         prompt_length = idx.size(1)
-        responses = seq[:, prompt_length - start :]
         if responses.size(1) < response_length:  # every row stopped early
-            pad = responses.new_full((responses.size(0), response_length - responses.size(1)), pad_token_id)
+            missing = response_length - responses.size(1)
+            pad = responses.new_full((responses.size(0), missing), pad_token_id)
             responses = torch.cat([responses, pad], dim=1)
+            if step_log_probs is not None:
+                step_log_probs = torch.cat([step_log_probs, step_log_probs.new_full((len(pad), missing), -1.0)], 1)
+            if versions is not None:
+                versions = torch.cat([versions, versions.new_full((len(pad), missing), -1)], 1)
         if num_return > 1:
             attention_mask = attention_mask.repeat_interleave(num_return, dim=0)
             position_ids = position_ids.repeat_interleave(num_return, dim=0)
         prompts_out = idx.repeat_interleave(num_return, dim=0) if num_return > 1 else idx
         batch = build_rollout_output(prompts_out, attention_mask, position_ids, responses, eos_token_id)
-        if self.config.calculate_log_probs:
-            response_mask = batch["attention_mask"][:, prompt_length:]
-            batch["rollout_log_probs"] = sampled_log_probs(self._step_logits(output), responses, response_mask)
+        response_mask = batch["attention_mask"][:, prompt_length:].bool()
+        if step_log_probs is not None:
+            batch["rollout_log_probs"] = torch.where(response_mask, step_log_probs.cpu(), -1.0).to(responses.device)
+        if versions is not None:  # partial rollout: the version that sampled each token, -1 past the response
+            batch["weight_versions"] = torch.where(response_mask, versions.cpu(), -1).to(responses.device)
         if is_accelerator_available():
             get_torch_device().empty_cache()
         if was_training:
             self.module.train()
         return DataProto(batch=batch)
+
+
+class _PauseForWeights(StoppingCriteria):
+    """Stops every row of a ``generate`` call after the current step when a weight swap waits."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.size(0),), self.gate.step(), dtype=torch.bool, device=input_ids.device)
