@@ -52,3 +52,9 @@ def test_vllm_judge_behind_the_router_matches_the_hf_replica(tmp_path, monkeypat
             assert answer["choices"][0]["finish_reason"] == expected["choices"][0]["finish_reason"]
     finally:
         served.stop()
+        # vLLM keeps its world group (on torch's default group) in module globals: a later test that destroys the
+        # default group would leave the next in-process engine with a stale one, so tear both down here
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
