@@ -21,6 +21,12 @@ logger = logging.getLogger(__name__)
 __all__ = ["MegatronModelMerger"]
 
 
+def _chunk_state(state: dict, chunk: int) -> dict:
+    """Model chunk ``chunk``'s ``GPTModel`` state dict out of a virtual-pipeline stage's (keys ``"<chunk>.<key>"``)."""
+    prefix = f"{chunk}."
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+
+
 class MegatronModelMerger(BaseModelMerger):
     """``--backend megatron``: the engine's per-rank checkpoint into one HF state dict."""
 
@@ -42,20 +48,22 @@ class MegatronModelMerger(BaseModelMerger):
         layout = self.layout
         world, tp = layout["world_size"], layout["tensor_model_parallel_size"]
         pp = layout["pipeline_model_parallel_size"]
+        vpp = layout.get("virtual_pipeline_model_parallel_size")  # model chunks per stage; None: one GPTModel
         ranks = {(c["pp_rank"], c["tp_rank"]): r for r, c in enumerate(layout["ranks"]) if c["dp_rank"] == 0}
         merged: dict[str, torch.Tensor] = {}
-        offset = 0
         for stage in range(pp):
-            shards = [
-                torch.load(
-                    os.path.join(self.config.local_dir, f"model_world_size_{world}_rank_{ranks[(stage, t)]}.pt"),
-                    map_location="cpu",
-                    weights_only=False,
-                )
-                for t in range(tp)
+            files = [f"model_world_size_{world}_rank_{ranks[(stage, t)]}.pt" for t in range(tp)]
+            stage_shards = [
+                torch.load(os.path.join(self.config.local_dir, f), map_location="cpu", weights_only=False)
+                for f in files
             ]
-            merged.update(merge_stage_shards(shards, self.model_config, offset))
-            offset += len({k.split(".")[2] for k in shards[0] if k.startswith("decoder.layers.")})
+            for chunk in range(vpp or 1):
+                shards = stage_shards if vpp is None else [_chunk_state(s, chunk) for s in stage_shards]
+                # virtual stage chunk * pp + stage holds the layers after those of the virtual stages before it
+                first = chunk * pp + stage if vpp else stage
+                layers_per_chunk = self.model_config.num_hidden_layers // (pp * (vpp or 1))
+                offset = first * layers_per_chunk
+                merged.update(merge_stage_shards(shards, self.model_config, offset))
         return merged
 
     def merge_and_save(self) -> None:

@@ -644,10 +644,15 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             },
             "pipeline_model_parallel_size=2 must divide the model's 1 layers",  # the tiny test model has one
         ),
+        (
+            {"actor_rollout_ref__actor__megatron__virtual_pipeline_model_parallel_size": 2},
+            "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=2: model chunks per pipeline stage "
+            "need pipeline_model_parallel_size > 1",
+        ),
     ],
     ids=[
         *("critic-sp", "rm-dist-ckpt", "sp", "cp"),
-        *("cuda", "ulysses", "layers"),
+        *("cuda", "ulysses", "layers", "vpp-without-pp"),
     ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
@@ -655,6 +660,20 @@ def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, mess
     with pytest.raises(ConfigError) as info:
         check_ppo_config(_megatron_grpo(base_cfg, **updates))
     assert message in str(info.value), str(info.value)
+
+
+def test_megatron_virtual_pipeline_needs_equal_model_chunks():
+    """Each of pp x vpp model chunks holds the same number of layers: 4 layers split at pp=2 vpp=2, not 6."""
+    from transformers import Qwen2Config
+
+    from verl.trainer.config.checks.megatron import check_megatron_model
+
+    sizes = {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2}
+    config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})
+    hf = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
+    check_megatron_model(config, Qwen2Config(num_hidden_layers=4, **hf), "actor_rollout_ref.model.path")
+    with pytest.raises(ConfigError, match=r"virtual_pipeline_model_parallel_size=2 x pipeline_model_parallel_size=2"):
+        check_megatron_model(config, Qwen2Config(num_hidden_layers=6, **hf), "actor_rollout_ref.model.path")
 
 
 def test_megatron_roles_at_their_own_sizes_and_beside_fsdp_are_accepted(base_cfg):

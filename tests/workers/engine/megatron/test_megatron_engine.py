@@ -32,7 +32,7 @@ from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN, rollout_batc
 WORLD = 2
 
 
-def _config(model: str, strategy: str, tp: int, pp: int):
+def _config(model: str, strategy: str, tp: int, pp: int, vpp: int | None = None):
     from tests.trainer.ppo_e2e_utils import compose_config
 
     overrides = [
@@ -61,6 +61,8 @@ def _config(model: str, strategy: str, tp: int, pp: int):
             "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
             f"actor_rollout_ref.ref.megatron.tensor_model_parallel_size={tp}",
             f"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size={pp}",
+            f"actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size={vpp or 'null'}",
+            f"actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size={vpp or 'null'}",
             "actor_rollout_ref.ref.megatron.sequence_parallel=False",
             "actor_rollout_ref.ref.megatron.use_distributed_optimizer=False",
         ]
@@ -117,10 +119,10 @@ def _full_params(worker) -> dict[str, torch.Tensor]:
     return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()}
 
 
-def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | None = None) -> dict:
+def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | None = None, vpp=None) -> dict:
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
-    worker = ActorRolloutRefWorker(_config(model, strategy, tp, pp), role="actor_rollout_ref")
+    worker = ActorRolloutRefWorker(_config(model, strategy, tp, pp, vpp), role="actor_rollout_ref")
     worker.init_model()
     full = rollout_batch(vocab=worker.hf_config.vocab_size, seed=3)
     shard = full.chunk(WORLD)[rank]
@@ -171,10 +173,10 @@ def exact_resume(worker, update, params, after: dict, ckpt: str) -> dict:
     }
 
 
-def _run(rank: int, model: str, tp: int, pp: int, out: str, ckpt: str):
+def _run(rank: int, model: str, tp: int, pp: int, vpp: int | None, out: str, ckpt: str):
     torch.set_num_threads(1)
     baseline = _steps(rank, model, "fsdp2", 1, 1)
-    megatron = _steps(rank, model, "megatron", tp, pp, ckpt)
+    megatron = _steps(rank, model, "megatron", tp, pp, ckpt, vpp)
     if rank == 0:
         torch.save({"fsdp": baseline, "megatron": megatron}, out)
 
@@ -186,10 +188,22 @@ def model(tmp_path_factory):
     return make_tiny_model_dir(str(tmp_path_factory.mktemp("megatron_engine") / "actor"))
 
 
-@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)], ids=["tp2", "pp2"])
-def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
+@pytest.fixture(scope="module")
+def model4(tmp_path_factory):
+    """Four layers: two model chunks of one layer on each of two pipeline stages."""
+    from verl.demo.tiny_model import make_tiny_model_dir
+
+    return make_tiny_model_dir(str(tmp_path_factory.mktemp("megatron_engine") / "actor4"), num_layers=4)
+
+
+@pytest.mark.parametrize("tp, pp, vpp", [(2, 1, None), (1, 2, None), (1, 2, 2)], ids=["tp2", "pp2", "pp2-vpp2"])
+def test_megatron_worker_equals_fsdp(model, model4, tmp_path, tp, pp, vpp):
+    """(pp2-vpp2: virtual pipeline stages, layers 0 and 2 on stage 0 and 1 and 3 on stage 1, a micro batch going
+    round the pipeline twice.)"""
+    if vpp is not None:
+        model = model4
     out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
-    spawn_gloo_ranks(_run, WORLD, model, tp, pp, out, ckpt)
+    spawn_gloo_ranks(_run, WORLD, model, tp, pp, vpp, out, ckpt)
     results = torch.load(out)
     ref, got = results["fsdp"], results["megatron"]
     mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
@@ -205,12 +219,23 @@ def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
     assert got["grads"].keys() == ref["grads"].keys()
     diffs["grads"] = max((got["grads"][k] - g).abs().max().item() for k, g in ref["grads"].items()) / largest
     diffs["params"] = max((got["after"][k] - ref["after"][k]).abs().max().item() for k in ref["after"]) / moved
+    # the whole model's distance from FSDP's after the update, relative to its norm; and each tensor's, relative to
+    # its norm, over the entries whose gradient is above float noise (1e-4 of the largest; elsewhere AdamW's first
+    # step g / (|g| + eps) turns the engines' 1e-9 differences into any fraction of lr: the key biases, whose true
+    # gradient is zero as softmax ignores a per-query constant, are such tensors throughout)
+    sq = lambda d: sum(t.double().pow(2).sum().item() for t in d.values())  # noqa: E731
+    delta = {k: got["after"][k] - t for k, t in ref["after"].items()}
+    diffs["params_rel"] = (sq(delta) / sq(ref["after"])) ** 0.5
+    signal = {k: ref["grads"][k].abs() > 1e-4 * largest for k in ref["after"]}
+    rel = {k: (d * signal[k]).norm().item() / (ref["after"][k] * signal[k]).norm().item() for k, d in delta.items()}
+    diffs["params_rel_signal"] = max(r for k, r in rel.items() if signal[k].any())
     diffs["grad_norm"] = abs(got["grad_norm"][0] - ref["grad_norm"][0]) / ref["grad_norm"][0]
     diffs["pg_loss"] = abs(got["pg_loss"][0] - ref["pg_loss"][0])
-    print(f"tp={tp} pp={pp} megatron vs fsdp2:", diffs)
+    print(f"tp={tp} pp={pp} vpp={vpp} megatron vs fsdp2:", diffs)
     for key in (*keys, "pg_loss"):
         assert diffs[key] < 1e-4, (key, diffs[key])
     assert diffs["grads"] < 1e-5 and diffs["grad_norm"] < 1e-5 and diffs["params"] < 0.05, diffs
+    assert diffs["params_rel"] < 2e-5 and diffs["params_rel_signal"] < 1e-5, diffs
     rollout = got["rollout"]
     assert all(torch.equal(rollout[k], got["after"][k]) for k in got["after"])
     # checkpoint: restored exactly, and the update after the resume equals the uninterrupted one

@@ -1,11 +1,12 @@
 """What ``strategy=megatron`` runs here, checked in the driver before Ray starts.
 
 The Megatron engine (:mod:`verl.workers.engine.megatron`) builds the policy (actor, rollout, reference), the critic
-and the reward model of a Qwen2 / Qwen2.5, Qwen3 or Llama model with tensor and pipeline parallelism, on CPU (gloo),
-with the HF or vLLM rollout (the weights gathered layer by layer into either). Each role picks its strategy and, with
-megatron, its parallel sizes on its own: the worker process keeps one set of megatron-core groups per size pair, so a
-Megatron critic or reward model runs beside an FSDP or Megatron actor, and an FSDP critic beside a Megatron actor.
-Each setting the engine cannot honour yet is refused here with the reason, naming the key.
+and the reward model of a Qwen2 / Qwen2.5, Qwen3 or Llama model with tensor and (virtual) pipeline parallelism, on CPU
+(gloo), with the HF or vLLM rollout (the weights gathered layer by layer into either). Each role picks its strategy
+and, with megatron, its parallel sizes on its own: the worker process keeps one set of megatron-core groups per size
+triple (tensor, pipeline, virtual pipeline), so a Megatron critic or reward model runs beside an FSDP or Megatron
+actor, and an FSDP critic beside a Megatron actor. Each setting the engine cannot honour yet is refused here with the
+reason, naming the key.
 """
 
 from __future__ import annotations
@@ -129,4 +130,11 @@ def check_megatron_model(config, hf_config, path_key: str, section: str = "actor
         raise ConfigError(
             f"{section}.megatron.pipeline_model_parallel_size={pp} must divide the model's "
             f"{hf_config.num_hidden_layers} layers ({path_key})"
+        )
+    vpp = settings.virtual_pipeline_model_parallel_size or 1
+    if hf_config.num_hidden_layers % (pp * vpp):
+        raise ConfigError(
+            f"{section}.megatron.virtual_pipeline_model_parallel_size={vpp} x pipeline_model_parallel_size={pp} must "
+            f"divide the model's {hf_config.num_hidden_layers} layers (each model chunk holds the same number of "
+            f"layers) ({path_key})"
         )

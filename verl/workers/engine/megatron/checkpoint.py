@@ -41,6 +41,8 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             "world_size": self.world_size,
             "tensor_model_parallel_size": parallel_state.get_tensor_model_parallel_world_size(),
             "pipeline_model_parallel_size": parallel_state.get_pipeline_model_parallel_world_size(),
+            # model chunks per stage: the model files then hold a ModelChunks' state dict ("<chunk>.<GPTModel key>")
+            "virtual_pipeline_model_parallel_size": parallel_state.get_virtual_pipeline_model_parallel_world_size(),
             # the optimizer files hold per-parameter state, or (distributed optimizer) one data-parallel slice's
             "use_distributed_optimizer": self.engine.sharded_params is not None,
         }
@@ -106,6 +108,7 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             saved = json.load(f)
         saved.pop("ranks", None)
         saved.setdefault("use_distributed_optimizer", False)  # written before the distributed optimizer existed
+        saved.setdefault("virtual_pipeline_model_parallel_size", None)  # written before virtual pipeline stages
         if saved != self._parallel_sizes():
             raise ValueError(
                 f"the checkpoint in {local_path} was saved with {saved}; this run has {self._parallel_sizes()}: "

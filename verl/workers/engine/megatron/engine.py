@@ -142,10 +142,8 @@ class MegatronEngine(TrainingEngine):
     # ------------------------------------------------------------------------------------------------ building
     @classmethod
     def build(cls, role: str, config, files: PretrainedFiles) -> MegatronEngine:
-        from megatron.core import parallel_state
-
         from verl.workers.engine.fsdp.setup import build_optimizer
-        from verl.workers.engine.megatron.model import build_gpt_model, transformer_config
+        from verl.workers.engine.megatron.model import build_model_chunks, transformer_config
         from verl.workers.engine.megatron.parallel import init_model_parallel
         from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
         from verl.workers.engine.megatron.weights import load_hf_weights
@@ -163,7 +161,11 @@ class MegatronEngine(TrainingEngine):
             raise ValueError(f"role={role!r}: expected actor, rollout, ref, critic or reward_model")
         settings = megatron_settings(section)
         check_megatron_settings(settings, key, dist.get_world_size(), trainable)
-        init_model_parallel(settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size, settings.seed)
+        vpp = settings.virtual_pipeline_model_parallel_size
+        vpp = None if vpp == 1 else vpp  # one model chunk per stage: megatron-core's plain layout
+        init_model_parallel(
+            settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size, settings.seed, vpp_size=vpp
+        )
         # fp32 masters for training and on CPU (bf16 is emulated there); bf16 for frozen models on accelerators
         dtype = torch.float32 if trainable or not is_accelerator_available() else torch.bfloat16
         overrides = dict(settings.override_transformer_config or {})
@@ -172,16 +174,10 @@ class MegatronEngine(TrainingEngine):
             tp_size=settings.tensor_model_parallel_size,
             pp_size=settings.pipeline_model_parallel_size,
             dtype=dtype,
+            vpp_size=vpp,
             **overrides,
         )
-        model = build_gpt_model(
-            files.hf_config,
-            tf_config,
-            pre_process=parallel_state.is_pipeline_first_stage(),
-            post_process=parallel_state.is_pipeline_last_stage(),
-            scalar_head=kind != "policy",
-            seed=settings.seed,
-        )
+        model = build_model_chunks(files.hf_config, tf_config, scalar_head=kind != "policy", seed=settings.seed)
         if _section_flag(section, "load_weight", True):
             load_hf_weights(model, files.hf_config, files.local_path)
         optimizer = lr_scheduler = sharded = None
@@ -221,9 +217,9 @@ class MegatronEngine(TrainingEngine):
 
         mask = causal_padding_mask(attention_mask)
 
-        def run_stage():
+        def run_stage(chunk):
             with cpu_current_device():
-                return self._module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
+                return chunk(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
 
         return self.stages.forward(run_stage, input_ids.shape[0], input_ids.shape[1], torch.is_grad_enabled())
 

@@ -15,12 +15,15 @@ import torch.nn.functional as F
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "sum_partial_gradients",
+    "ModelChunks",
     "ScalarHead",
     "build_gpt_model",
+    "build_model_chunks",
     "causal_padding_mask",
     "check_supported",
     "gpt_logits",
     "hf_inv_freq",
+    "model_chunks",
     "padded_vocab_size",
     "transformer_config",
 ]
@@ -80,10 +83,18 @@ def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
     return -(-vocab_size // tp_size) * tp_size
 
 
-def transformer_config(hf_config, tp_size: int = 1, pp_size: int = 1, dtype: torch.dtype = torch.float32, **overrides):
+def transformer_config(
+    hf_config,
+    tp_size: int = 1,
+    pp_size: int = 1,
+    dtype: torch.dtype = torch.float32,
+    vpp_size: int | None = None,
+    **overrides,
+):
     """The megatron-core ``TransformerConfig`` of ``hf_config``'s decoder: no fusions (none runs on CPU, and the
     unfused forms compute what HF computes), no dropout, weights left for the converter to load.
 
+    ``vpp_size``: model chunks per pipeline stage (``virtual_pipeline_model_parallel_size``; None: one).
     ``overrides``: ``override_transformer_config`` entries, applied last.
     """
     from megatron.core.transformer import TransformerConfig
@@ -109,6 +120,7 @@ def transformer_config(hf_config, tp_size: int = 1, pp_size: int = 1, dtype: tor
         attention_dropout=float(getattr(hf_config, "attention_dropout", 0.0) or 0.0),
         tensor_model_parallel_size=tp_size,
         pipeline_model_parallel_size=pp_size,
+        virtual_pipeline_model_parallel_size=vpp_size,
         params_dtype=dtype,
         pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
@@ -150,14 +162,21 @@ class ScalarHead(torch.nn.Module):
 
 
 def build_gpt_model(
-    hf_config, config, pre_process: bool = True, post_process: bool = True, scalar_head: bool = False, seed: int = 42
+    hf_config,
+    config,
+    pre_process: bool = True,
+    post_process: bool = True,
+    scalar_head: bool = False,
+    seed: int = 42,
+    vp_stage: int | None = None,
 ):
     """A ``GPTModel`` (local layer spec) of ``hf_config`` under ``config`` (:func:`transformer_config`) for this
     rank's pipeline stage; full (gathered) logits over the real vocabulary come from :func:`gpt_logits`.
 
     ``scalar_head``: a value / reward model, whose last stage ends in a :class:`ScalarHead` (initialised from
     ``seed``; the converter loads the folder's ``score`` head over it where there is one) instead of the LM head;
-    its input embedding is then never tied to an output layer."""
+    its input embedding is then never tied to an output layer. ``vp_stage``: which of this stage's model chunks
+    (virtual pipeline), see :func:`build_model_chunks`."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
@@ -176,6 +195,7 @@ def build_gpt_model(
             share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings) and not scalar_head,
             position_embedding_type="rope",
             rotary_base=params["rope_theta"],
+            vp_stage=vp_stage,
         )
     # theta and any scaling exactly as transformers computes them (megatron-core's llama3 scaling is fixed-constant)
     model.rotary_pos_emb.inv_freq = hf_inv_freq(hf_config).to(model.rotary_pos_emb.inv_freq.device)
@@ -189,6 +209,79 @@ def build_gpt_model(
     if pre_process:
         _freeze_padding_row(model.embedding.word_embeddings, getattr(hf_config, "pad_token_id", None))
     return model
+
+
+class ModelChunks(torch.nn.ModuleList):
+    """This rank's model chunks under virtual pipeline parallelism (``virtual_pipeline_model_parallel_size`` = v):
+    chunk ``c`` of pipeline stage ``p`` is virtual stage ``c * pp + p`` of the ``pp * v`` the layers are cut into, so
+    a micro batch passes every stage v times (interleaved layout). The input embedding lives on the first stage's
+    first chunk, the final norm and output layer on the last stage's last chunk; the attributes the engine reads of
+    one ``GPTModel`` answer for the chunk that holds them."""
+
+    @property
+    def config(self):
+        return self[0].config
+
+    @property
+    def pre_process(self) -> bool:
+        return self[0].pre_process
+
+    @property
+    def post_process(self) -> bool:
+        return self[-1].post_process
+
+    @property
+    def embedding(self):
+        return self[0].embedding
+
+    @property
+    def output_layer(self):
+        return self[-1].output_layer
+
+    @property
+    def share_embeddings_and_output_weights(self) -> bool:
+        return self[0].share_embeddings_and_output_weights
+
+    @property
+    def scalar_head(self) -> bool:
+        return self[0].scalar_head
+
+
+def model_chunks(model) -> list:
+    """The ``GPTModel`` chunks of ``model`` (a :class:`ModelChunks` or one ``GPTModel``), first to last."""
+    return list(model) if isinstance(model, ModelChunks) else [model]
+
+
+def build_model_chunks(hf_config, config, scalar_head: bool = False, seed: int = 42):
+    """This rank's model for its pipeline stage: one ``GPTModel`` (:func:`build_gpt_model`), or with
+    ``config.virtual_pipeline_model_parallel_size`` a :class:`ModelChunks` of that many (megatron-core places each
+    chunk's layers by its ``vp_stage``). Needs megatron-core's groups (:func:`~verl.workers.engine.megatron.parallel.
+    init_model_parallel`) of the same sizes."""
+    from megatron.core import parallel_state
+
+    vpp = config.virtual_pipeline_model_parallel_size
+    if vpp is None:
+        return build_gpt_model(
+            hf_config,
+            config,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+            scalar_head=scalar_head,
+            seed=seed,
+        )
+    chunks = [
+        build_gpt_model(
+            hf_config,
+            config,
+            pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
+            post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
+            scalar_head=scalar_head,
+            seed=seed,
+            vp_stage=stage,
+        )
+        for stage in range(vpp)
+    ]
+    return ModelChunks(chunks)
 
 
 def _mark_tensor_parallel(model) -> None:

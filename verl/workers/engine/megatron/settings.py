@@ -37,10 +37,11 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
         )
     if settings.context_parallel_size != 1:
         problems.append(f"{key}.context_parallel_size={settings.context_parallel_size}: not built here; set it to 1")
-    if settings.virtual_pipeline_model_parallel_size not in (None, 1):
+    vpp = settings.virtual_pipeline_model_parallel_size
+    if vpp is not None and (vpp < 1 or (vpp > 1 and pp == 1)):
         problems.append(
-            f"{key}.virtual_pipeline_model_parallel_size={settings.virtual_pipeline_model_parallel_size}: interleaved "
-            "pipeline stages are not built here; set it to null"
+            f"{key}.virtual_pipeline_model_parallel_size={vpp}: model chunks per pipeline stage need "
+            f"pipeline_model_parallel_size > 1 (it is {pp}); set it to null"
         )
     if settings.expert_model_parallel_size != 1 or settings.expert_tensor_parallel_size not in (None, 1):
         problems.append(f"{key}.expert_model_parallel_size / expert_tensor_parallel_size: no MoE here; use 1 / null")

@@ -125,7 +125,15 @@ def load_hf_weights(model, hf_config, folder_or_reader) -> None:
     ``folder_or_reader``: an HF model folder, or any object with ``get(name) -> tensor`` (a state dict's
     ``__getitem__`` wrapped, for tests).
     """
+    from verl.workers.engine.megatron.model import model_chunks
+
     reader = HFCheckpointReader(folder_or_reader) if isinstance(folder_or_reader, str) else folder_or_reader
+    for chunk in model_chunks(model):  # one GPTModel, or this stage's virtual-pipeline chunks
+        _load_chunk(chunk, hf_config, reader)
+
+
+def _load_chunk(model, hf_config, reader) -> None:
+    """:func:`load_hf_weights` for one ``GPTModel`` (its layers' ``layer_number`` is their global position)."""
     tp, rank = _tp()
     _, groups, _ = _dims(hf_config)
 
@@ -234,10 +242,9 @@ def _layer_shapes(hf_config, qkv_bias: bool, qk_norm: bool = False) -> list[tupl
     return shapes + [(hidden, heads * head_dim), (hidden,), (inter, hidden), (inter, hidden), (hidden, inter)]
 
 
-def _stage_of_layers(model) -> tuple[int, int]:
-    layers = model.decoder.layers
-    first = layers[0].layer_number - 1 if len(layers) else 0
-    return first, len(layers)
+def _first_layers(chunks: list) -> list[int]:
+    """The global index of the first decoder layer of each chunk (-1 for a chunk without layers)."""
+    return [chunk.decoder.layers[0].layer_number - 1 if len(chunk.decoder.layers) else -1 for chunk in chunks]
 
 
 @torch.no_grad()
@@ -250,6 +257,9 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     """
     from megatron.core import parallel_state
 
+    from verl.workers.engine.megatron.model import model_chunks
+
+    chunks = model_chunks(model)  # with virtual pipeline stages: the embedding in the first, the head in the last
     pp = parallel_state.get_pipeline_model_parallel_world_size()
     pp_group = parallel_state.get_pipeline_model_parallel_group() if pp > 1 else None
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
@@ -259,13 +269,20 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     tied = bool(hf_config.tie_word_embeddings)
     cast: Callable[[torch.Tensor], torch.Tensor] = (lambda t: t) if dtype is None else (lambda t: t.to(dtype))
 
-    # which stage holds which layers: every stage tells the others its (first, count)
-    first, count = _stage_of_layers(model)
+    # which stage holds which layers: every stage tells the others (first layer, count) of each of its chunks; the
+    # layers are then yielded in HF order, whichever stage and chunk hold them
+    spans = [(first, len(chunk.decoder.layers)) for first, chunk in zip(_first_layers(chunks), chunks)]
     if pp > 1:
-        spans = [None] * pp
-        dist.all_gather_object(spans, (first, count), group=pp_group)
+        stage_spans = [None] * pp
+        dist.all_gather_object(stage_spans, spans, group=pp_group)
     else:
-        spans = [(first, count)]
+        stage_spans = [spans]
+    owners = sorted(
+        (first + j, stage, c, j)
+        for stage, spans in enumerate(stage_spans)
+        for c, (first, n) in enumerate(spans)
+        for j in range(n)
+    )
 
     def from_stage(owner: int, make: Callable[[], list[torch.Tensor]], shapes: list[tuple[int, ...]]):
         if pp == 1:
@@ -282,17 +299,19 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     def vocab_tensor(module_weight_fn: Callable[[], torch.Tensor]) -> list[torch.Tensor]:
         return [_gather_tp(module_weight_fn(), 0)[:vocab]]
 
-    (emb,) = from_stage(0, lambda: vocab_tensor(lambda: model.embedding.word_embeddings.weight), [(vocab, hidden)])
+    first_chunk, model = chunks[0], chunks[-1]  # model: the last chunk (final norm and head on the last stage)
+    (emb,) = from_stage(
+        0, lambda: vocab_tensor(lambda: first_chunk.embedding.word_embeddings.weight), [(vocab, hidden)]
+    )
     yield "model.embed_tokens.weight", cast(emb)
     del emb
-    for stage, (start, n) in enumerate(spans):
-        for j in range(n):
-            names = hf_layer_names(start + j, qkv_bias, qk_norm)
-            shapes = _layer_shapes(hf_config, qkv_bias, qk_norm)
-            tensors = from_stage(stage, lambda j=j: _layer_tensors(model.decoder.layers[j], hf_config), shapes)
-            for name, tensor in zip(names, tensors):
-                yield name, cast(tensor)
-            del tensors
+    shapes = _layer_shapes(hf_config, qkv_bias, qk_norm)
+    for layer, stage, c, j in owners:
+        names = hf_layer_names(layer, qkv_bias, qk_norm)
+        tensors = from_stage(stage, lambda c=c, j=j: _layer_tensors(chunks[c].decoder.layers[j], hf_config), shapes)
+        for name, tensor in zip(names, tensors):
+            yield name, cast(tensor)
+        del tensors
     last = pp - 1
     (norm,) = from_stage(last, lambda: [model.decoder.final_layernorm.weight.detach().clone()], [(hidden,)])
     yield "model.norm.weight", cast(norm)
