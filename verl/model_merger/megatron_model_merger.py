@@ -66,9 +66,35 @@ class MegatronModelMerger(BaseModelMerger):
                 merged.update(merge_stage_shards(shards, self.model_config, offset))
         return merged
 
+    def _in_memory_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``state`` (the checkpoint's names) in the names of the transformers model it builds: transformers >= 5
+        keeps a mixture of experts' per-expert weights as two fused tensors per layer, ``experts.gate_up_proj``
+        ``(E, 2I, H)`` (gate rows first) and ``experts.down_proj`` ``(E, H, I)``."""
+        with torch.device("meta"):
+            names = {
+                n for n, _ in self.get_transformers_auto_model_class().from_config(self.model_config).named_parameters()
+            }
+        state = dict(state)
+        for name in sorted(names - state.keys()):
+            prefix, _, kind = name.rpartition(".")
+            if not prefix.endswith(".experts") or kind not in ("gate_up_proj", "down_proj"):
+                continue
+            count, first = 0, "down_proj" if kind == "down_proj" else "gate_proj"
+            while f"{prefix}.{count}.{first}.weight" in state:
+                count += 1
+            if kind == "down_proj":
+                state[name] = torch.stack([state.pop(f"{prefix}.{e}.down_proj.weight") for e in range(count)])
+            else:
+                pairs = [
+                    (state.pop(f"{prefix}.{e}.gate_proj.weight"), state.pop(f"{prefix}.{e}.up_proj.weight"))
+                    for e in range(count)
+                ]
+                state[name] = torch.stack([torch.cat(pair) for pair in pairs])
+        return state
+
     def merge_and_save(self) -> None:
         """``merge``: write the HF model and tokenizer to target_dir; ``test``: compare with ``test_hf_dir``."""
-        state_dict = self.cast(self.load_merged_state_dict())
+        state_dict = self._in_memory_names(self.cast(self.load_merged_state_dict()))
         if self.config.operation == "test":
             self.test_state_dict(state_dict)
             return

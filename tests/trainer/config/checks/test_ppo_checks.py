@@ -649,10 +649,15 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=2: model chunks per pipeline stage "
             "need pipeline_model_parallel_size > 1",
         ),
+        (
+            {"actor_rollout_ref__actor__megatron__expert_model_parallel_size": 2},
+            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2 / expert_tensor_parallel_size=None: the "
+            "Megatron engine keeps every expert on every rank",
+        ),
     ],
     ids=[
         *("critic-sp", "rm-dist-ckpt", "sp", "cp"),
-        *("cuda", "ulysses", "layers", "vpp-without-pp"),
+        *("cuda", "ulysses", "layers", "vpp-without-pp", "ep"),
     ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
@@ -674,6 +679,25 @@ def test_megatron_virtual_pipeline_needs_equal_model_chunks():
     check_megatron_model(config, Qwen2Config(num_hidden_layers=4, **hf), "actor_rollout_ref.model.path")
     with pytest.raises(ConfigError, match=r"virtual_pipeline_model_parallel_size=2 x pipeline_model_parallel_size=2"):
         check_megatron_model(config, Qwen2Config(num_hidden_layers=6, **hf), "actor_rollout_ref.model.path")
+
+
+def test_megatron_moe_at_tensor_parallel_2_is_refused(tmp_path):
+    """Qwen3-MoE builds at tensor parallel 1 (any pipeline size); megatron-core's MoE layer will not train at
+    tensor parallel 2 without sequence parallelism, so that is refused with the key."""
+    from transformers import AutoConfig
+
+    from verl.demo.tiny_model import make_tiny_model_dir
+    from verl.trainer.config.checks.megatron import check_megatron_model
+
+    hf = AutoConfig.from_pretrained(make_tiny_model_dir(str(tmp_path / "moe"), family="qwen3-moe", num_layers=2))
+    for tp, pp in ((1, 1), (1, 2), (2, 1)):
+        sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}
+        config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})
+        if tp == 1:
+            check_megatron_model(config, hf, "actor_rollout_ref.model.path")
+            continue
+        with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=2 with a mixture-of-experts model"):
+            check_megatron_model(config, hf, "actor_rollout_ref.model.path")
 
 
 def test_megatron_roles_at_their_own_sizes_and_beside_fsdp_are_accepted(base_cfg):

@@ -76,6 +76,17 @@ def _collect(part: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def _checkpoint_names(module, state: dict) -> dict:
+    """``state`` (``module``'s in-memory names) in the checkpoint's names, as the Megatron stream yields them:
+    transformers >= 5 fuses a mixture of experts' weights in memory."""
+    from verl.workers.sharding_manager.fsdp_weights import checkpoint_layout
+
+    to_checkpoint = checkpoint_layout(module)
+    if to_checkpoint is None:
+        return state
+    return {k: t for n, v in state.items() for k, t in to_checkpoint(n, v)}
+
+
 def _is_megatron(engine) -> bool:
     # both engines stream HF-named weights (hf_weights) now; only Megatron averages gradients itself
     return hasattr(engine, "_reduce_gradients")
@@ -84,7 +95,8 @@ def _is_megatron(engine) -> bool:
 def _full_grads(engine) -> dict[str, torch.Tensor]:
     """The gradients as full HF-named tensors (Megatron: through the hand-off stream, gradients in place of data)."""
     if not _is_megatron(engine):
-        return {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()}
+        grads = {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()}
+        return _checkpoint_names(engine.module, grads)
     data = {}
     for p in engine.module.parameters():
         data[p] = p.data
@@ -116,7 +128,8 @@ def _full_params(worker) -> dict[str, torch.Tensor]:
     if _is_megatron(engine):
         return {name: t.clone() for name, t in engine.hf_weights()}
     state = engine.module.state_dict()
-    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()}
+    full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()}
+    return _checkpoint_names(engine.module, full)
 
 
 def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | None = None, vpp=None) -> dict:
@@ -149,7 +162,9 @@ def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | N
     if strategy == "megatron":  # the HF rollout's own model, filled by the hand-off
         module, handoff = worker.actor_engine.hf_rollout_module()
         with handoff:
-            result["rollout"] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+            result["rollout"] = _checkpoint_names(
+                module, {k: v.detach().clone() for k, v in module.state_dict().items()}
+            )
         update = lambda: worker.update_actor(full.chunk(WORLD)[rank])  # noqa: E731
         result.update(exact_resume(worker, update, lambda: _full_params(worker), result["after"], ckpt))
     return result
@@ -196,12 +211,25 @@ def model4(tmp_path_factory):
     return make_tiny_model_dir(str(tmp_path_factory.mktemp("megatron_engine") / "actor4"), num_layers=4)
 
 
-@pytest.mark.parametrize("tp, pp, vpp", [(2, 1, None), (1, 2, None), (1, 2, 2)], ids=["tp2", "pp2", "pp2-vpp2"])
-def test_megatron_worker_equals_fsdp(model, model4, tmp_path, tp, pp, vpp):
+@pytest.fixture(scope="module")
+def moe_model(tmp_path_factory):
+    """Qwen3-MoE, two layers of 4 experts (top 2, norm_topk_prob, q/k norms)."""
+    from verl.demo.tiny_model import make_tiny_model_dir
+
+    root = tmp_path_factory.mktemp("megatron_engine")
+    return make_tiny_model_dir(str(root / "moe"), family="qwen3-moe", num_layers=2)
+
+
+@pytest.mark.parametrize(
+    "tp, pp, vpp, which",
+    [(2, 1, None, "qwen2"), (1, 2, None, "qwen2"), (1, 2, 2, "qwen2-4layers"), (1, 2, None, "qwen3-moe")],
+    ids=["tp2", "pp2", "pp2-vpp2", "pp2-qwen3-moe"],
+)
+def test_megatron_worker_equals_fsdp(model, model4, moe_model, tmp_path, tp, pp, vpp, which):
     """(pp2-vpp2: virtual pipeline stages, layers 0 and 2 on stage 0 and 1 and 3 on stage 1, a micro batch going
-    round the pipeline twice.)"""
-    if vpp is not None:
-        model = model4
+    round the pipeline twice. pp2-qwen3-moe: a mixture of experts, megatron-core's router and experts against
+    transformers' under FSDP2, expert parallel 1.)"""
+    model = {"qwen2": model, "qwen2-4layers": model4, "qwen3-moe": moe_model}[which]
     out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
     spawn_gloo_ranks(_run, WORLD, model, tp, pp, vpp, out, ckpt)
     results = torch.load(out)
@@ -244,11 +272,13 @@ def test_megatron_worker_equals_fsdp(model, model4, tmp_path, tp, pp, vpp):
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "global_step_1" / "actor" / "huggingface"))
-    assert all(torch.equal(p, got["after"][n]) for n, p in hf.state_dict().items() if n in got["after"])
+    hf_state = _checkpoint_names(hf, hf.state_dict())
+    assert set(got["after"]) <= set(hf_state) and all(torch.equal(hf_state[n], t) for n, t in got["after"].items())
     # the model merger rebuilds the same HF model from the per-rank shards alone (no process group)
     from verl.model_merger import main as merge
 
     target = tmp_path / "merged"
     merge(["merge", "--backend", "megatron", "--local_dir", ckpt, "--target_dir", str(target), "--dtype", "float32"])
-    merged = AutoModelForCausalLM.from_pretrained(str(target)).state_dict()
+    merged_model = AutoModelForCausalLM.from_pretrained(str(target))
+    merged = _checkpoint_names(merged_model, merged_model.state_dict())
     assert set(got["after"]) <= set(merged) and all(torch.equal(merged[n], t) for n, t in got["after"].items())

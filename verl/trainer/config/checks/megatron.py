@@ -111,7 +111,7 @@ def check_megatron_model(config, hf_config, path_key: str, section: str = "actor
     parallelism."""
     if _get(config, f"{section}.strategy") != "megatron":
         return
-    from verl.workers.engine.megatron.model import check_supported
+    from verl.workers.engine.megatron.model import check_supported, num_experts
     from verl.workers.engine.megatron.settings import megatron_settings
 
     try:
@@ -130,6 +130,13 @@ def check_megatron_model(config, hf_config, path_key: str, section: str = "actor
         raise ConfigError(
             f"{section}.megatron.pipeline_model_parallel_size={pp} must divide the model's "
             f"{hf_config.num_hidden_layers} layers ({path_key})"
+        )
+    if num_experts(hf_config) and tp > 1:
+        raise ConfigError(
+            f"{section}.megatron.tensor_model_parallel_size={tp} with a mixture-of-experts model ({path_key}): "
+            "megatron-core's MoE layer refuses to train at tensor parallel > 1 without sequence_parallel, which "
+            f"this engine does not run; set {section}.megatron.tensor_model_parallel_size=1 (pipeline parallelism "
+            "works) or strategy=fsdp2"
         )
     vpp = settings.virtual_pipeline_model_parallel_size or 1
     if hf_config.num_hidden_layers % (pp * vpp):

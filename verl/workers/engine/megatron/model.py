@@ -1,10 +1,11 @@
 """A Hugging Face decoder's config as a megatron-core ``GPTModel`` (local layer spec), and its forward on padded
 batches.
 
-Families: Qwen2 / Qwen2.5 (biases on q, k, v) and Llama (Llama 3.1's rope scaling): grouped-query attention, SwiGLU,
-RMSNorm, rotary embeddings with the HF config's theta and scaling, tied or separate input and output embeddings. The
-vocabulary is padded up to a multiple of the tensor-parallel size (megatron-core splits it evenly); the padded
-columns are cut from the logits, so they never enter a softmax.
+Families: Qwen2 / Qwen2.5 (biases on q, k, v), Qwen3 (q/k norms), Qwen3-MoE (every layer's MLP a mixture of experts:
+megatron-core's top-k router and SequentialMLP experts, no shared expert) and Llama (Llama 3.1's rope scaling):
+grouped-query attention, SwiGLU, RMSNorm, rotary embeddings with the HF config's theta and scaling, tied or separate
+input and output embeddings. The vocabulary is padded up to a multiple of the tensor-parallel size (megatron-core
+splits it evenly); the padded columns are cut from the logits, so they never enter a softmax.
 """
 
 from __future__ import annotations
@@ -28,8 +29,16 @@ __all__ = [
     "transformer_config",
 ]
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "qwen3")
-QK_NORM_MODEL_TYPES = ("qwen3",)  # RMSNorm over each head's queries and keys before rope (HF's q_norm / k_norm)
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "qwen3", "qwen3_moe")
+QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe")  # RMSNorm over each head's queries and keys before rope (q_norm / k_norm)
+MOE_MODEL_TYPES = ("qwen3_moe",)  # every decoder layer's MLP a mixture of experts (router, experts, no shared one)
+
+
+def num_experts(hf_config) -> int:
+    """The number of routed experts of a mixture-of-experts model's layers; 0 for a dense model."""
+    if hf_config.model_type not in MOE_MODEL_TYPES:
+        return 0
+    return int(getattr(hf_config, "num_experts", None) or getattr(hf_config, "num_local_experts", 0))
 
 
 def _rope_parameters(hf_config) -> dict:
@@ -60,6 +69,15 @@ def check_supported(hf_config) -> None:
         )
     if getattr(hf_config, "sliding_window", None) and getattr(hf_config, "use_sliding_window", False):
         raise ValueError("strategy=megatron: sliding-window attention is not built here; use strategy=fsdp2")
+    if model_type in MOE_MODEL_TYPES:
+        dense = list(getattr(hf_config, "mlp_only_layers", None) or [])
+        step = getattr(hf_config, "decoder_sparse_step", 1) or 1
+        if dense or step != 1:
+            raise ValueError(
+                f"strategy=megatron: mlp_only_layers={dense} / decoder_sparse_step={step} mix dense and expert layers; "
+                "only models whose every layer is a mixture of experts (mlp_only_layers=[], decoder_sparse_step=1) "
+                "are built here. Use strategy=fsdp2 for this model"
+            )
 
 
 def hf_inv_freq(hf_config) -> torch.Tensor:
@@ -136,6 +154,25 @@ def transformer_config(
         gradient_accumulation_fusion=False,
         attention_softmax_in_fp32=True,
     )
+    experts = num_experts(hf_config)
+    if experts:
+        # Qwen3-MoE's router: softmax over all experts, the top k kept and, with norm_topk_prob, renormalised; the
+        # same as megatron-core's softmax over the top k logits (pre_softmax=False), or its softmax over all
+        # (pre_softmax=True) without renormalising. No auxiliary loss: transformers adds it only to a loss it
+        # computes from labels, which the actor never passes.
+        kwargs.update(
+            num_moe_experts=experts,
+            moe_router_topk=hf_config.num_experts_per_tok,
+            moe_ffn_hidden_size=hf_config.moe_intermediate_size,
+            moe_router_score_function="softmax",
+            moe_router_pre_softmax=not getattr(hf_config, "norm_topk_prob", False),
+            moe_router_load_balancing_type="none",
+            moe_aux_loss_coeff=0.0,
+            moe_router_dtype="fp32",
+            moe_token_dispatcher_type="allgather",
+            moe_grouped_gemm=False,
+            moe_permute_fusion=False,
+        )
     kwargs.update(overrides)
     return TransformerConfig(**kwargs)
 
@@ -180,13 +217,20 @@ def build_gpt_model(
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    from verl.workers.engine.megatron.cpu_shims import cpu_current_device
+    from verl.workers.engine.megatron.cpu_shims import cover_missing_transformer_engine, cpu_current_device
 
+    if config.num_moe_experts:
+        cover_missing_transformer_engine()
     params = _rope_parameters(hf_config)
     with cpu_current_device():
         model = GPTModel(
             config=config,
-            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=config.qk_layernorm),
+            transformer_layer_spec=get_gpt_layer_local_spec(
+                num_experts=config.num_moe_experts,
+                moe_grouped_gemm=False,
+                qk_layernorm=config.qk_layernorm,
+                normalization="RMSNorm",
+            ),
             vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
             max_sequence_length=hf_config.max_position_embeddings,
             pre_process=pre_process,

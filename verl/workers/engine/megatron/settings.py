@@ -44,7 +44,15 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
             f"pipeline_model_parallel_size > 1 (it is {pp}); set it to null"
         )
     if settings.expert_model_parallel_size != 1 or settings.expert_tensor_parallel_size not in (None, 1):
-        problems.append(f"{key}.expert_model_parallel_size / expert_tensor_parallel_size: no MoE here; use 1 / null")
+        # measured with megatron-core 0.16.1 on gloo: the alltoall token dispatcher builds a torch.cuda.Stream; the
+        # allgather one runs (EP=2 forward equals transformers), but needs one micro-batch shape on every expert-
+        # parallel rank, and the expert gradients averaged over the expert-data-parallel group, not done here yet
+        problems.append(
+            f"{key}.expert_model_parallel_size={settings.expert_model_parallel_size} / expert_tensor_parallel_size="
+            f"{settings.expert_tensor_parallel_size}: the Megatron engine keeps every expert on every rank (its "
+            "gradient averaging and micro batches are not expert-parallel yet; megatron-core's alltoall dispatcher "
+            "also needs CUDA streams); set them to 1 / null (a Qwen3-MoE model runs at expert parallel 1)"
+        )
     if settings.sequence_parallel and tp > 1:
         problems.append(
             f"{key}.sequence_parallel=True with tensor_model_parallel_size={tp}: megatron-core's local layer spec "
