@@ -633,7 +633,8 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
         ),
         (
             {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},
-            "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.context_parallel_size=2: megatron-core runs context parallelism only in "
+            "TransformerEngine's attention",
         ),
         ({"trainer__device": "cuda"}, "trainer.device='cuda' with actor_rollout_ref.actor.strategy=megatron"),
         ({"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2}, "Ulysses is the FSDP engine's"),

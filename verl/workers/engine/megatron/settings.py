@@ -36,7 +36,13 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
             f"workers ({world_size})"
         )
     if settings.context_parallel_size != 1:
-        problems.append(f"{key}.context_parallel_size={settings.context_parallel_size}: not built here; set it to 1")
+        # measured with megatron-core 0.16.1: the local layer spec's DotProductAttention asserts context_parallel_size
+        # == 1 when it is built; only TransformerEngine's attention splits sequences, and TE is CUDA-only
+        problems.append(
+            f"{key}.context_parallel_size={settings.context_parallel_size}: megatron-core runs context parallelism "
+            "only in TransformerEngine's attention (TEDotProductAttention), and TransformerEngine is CUDA-only; its "
+            "local attention, which this engine builds, refuses context_parallel_size > 1. Set it to 1"
+        )
     vpp = settings.virtual_pipeline_model_parallel_size
     if vpp is not None and (vpp < 1 or (vpp > 1 and pp == 1)):
         problems.append(
