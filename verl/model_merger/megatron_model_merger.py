@@ -27,6 +27,20 @@ def _chunk_state(state: dict, chunk: int) -> dict:
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
+def _global_experts(state: dict, ep_rank: int) -> dict:
+    """The expert tensors of expert-parallel rank ``ep_rank``'s state dict, their local indices made global
+    (``ep_rank * n_local + i``; every rank holds ``n_local`` experts of each layer)."""
+    marker = ".mlp.experts.local_experts."
+    experts = {k: v for k, v in state.items() if marker in k}
+    n_local = len({k.split(marker)[1].split(".")[0] for k in experts if ".layers.0." in k}) or 1
+    renamed = {}
+    for key, value in experts.items():
+        head, rest = key.split(marker)
+        index, tail = rest.split(".", 1)
+        renamed[f"{head}{marker}{ep_rank * n_local + int(index)}.{tail}"] = value
+    return renamed
+
+
 class MegatronModelMerger(BaseModelMerger):
     """``--backend megatron``: the engine's per-rank checkpoint into one HF state dict."""
 
@@ -49,14 +63,25 @@ class MegatronModelMerger(BaseModelMerger):
         world, tp = layout["world_size"], layout["tensor_model_parallel_size"]
         pp = layout["pipeline_model_parallel_size"]
         vpp = layout.get("virtual_pipeline_model_parallel_size")  # model chunks per stage; None: one GPTModel
-        ranks = {(c["pp_rank"], c["tp_rank"]): r for r, c in enumerate(layout["ranks"]) if c["dp_rank"] == 0}
+        ep = layout.get("expert_model_parallel_size", 1)  # expert-parallel rank r's files hold experts r * n_local...
+        ranks = {
+            (c["pp_rank"], c["tp_rank"], c.get("ep_rank", 0)): r
+            for r, c in enumerate(layout["ranks"])
+            if c.get("edp_rank", c["dp_rank"]) == 0
+        }
+
+        def load(stage: int, t: int, e: int) -> dict:
+            name = f"model_world_size_{world}_rank_{ranks[(stage, t, e)]}.pt"
+            return torch.load(os.path.join(self.config.local_dir, name), map_location="cpu", weights_only=False)
+
         merged: dict[str, torch.Tensor] = {}
         for stage in range(pp):
-            files = [f"model_world_size_{world}_rank_{ranks[(stage, t)]}.pt" for t in range(tp)]
-            stage_shards = [
-                torch.load(os.path.join(self.config.local_dir, f), map_location="cpu", weights_only=False)
-                for f in files
-            ]
+            stage_shards = []
+            for t in range(tp):
+                shard = load(stage, t, 0)
+                for e in range(1, ep):
+                    shard.update(_global_experts(load(stage, t, e), e))
+                stage_shards.append(shard)
             for chunk in range(vpp or 1):
                 shards = stage_shards if vpp is None else [_chunk_state(s, chunk) for s in stage_shards]
                 # virtual stage chunk * pp + stage holds the layers after those of the virtual stages before it

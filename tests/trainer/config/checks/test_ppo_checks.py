@@ -652,13 +652,20 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
         ),
         (
             {"actor_rollout_ref__actor__megatron__expert_model_parallel_size": 2},
-            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2 / expert_tensor_parallel_size=None: the "
-            "Megatron engine keeps every expert on every rank",
+            "actor_rollout_ref.actor.megatron.use_distributed_optimizer=True with expert_model_parallel_size=2",
+        ),
+        (
+            {
+                "actor_rollout_ref__actor__megatron__expert_model_parallel_size": 2,
+                "actor_rollout_ref__actor__megatron__use_distributed_optimizer": False,
+            },
+            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2 must divide the model's routed experts "
+            "(0; a dense model has none",
         ),
     ],
     ids=[
         *("critic-sp", "rm-dist-ckpt", "sp", "cp"),
-        *("cuda", "ulysses", "layers", "vpp-without-pp", "ep"),
+        *("cuda", "ulysses", "layers", "vpp-without-pp", "ep-dist-opt", "ep-dense"),
     ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
@@ -698,6 +705,15 @@ def test_megatron_moe_at_tensor_parallel_2_is_refused(tmp_path):
             check_megatron_model(config, hf, "actor_rollout_ref.model.path")
             continue
         with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=2 with a mixture-of-experts model"):
+            check_megatron_model(config, hf, "actor_rollout_ref.model.path")
+    # expert parallelism splits the 4 experts evenly or not at all
+    for ep in (2, 3):
+        sizes = {"expert_model_parallel_size": ep}
+        config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})
+        if ep == 2:
+            check_megatron_model(config, hf, "actor_rollout_ref.model.path")
+            continue
+        with pytest.raises(ConfigError, match=r"expert_model_parallel_size=3 must divide the model's routed experts"):
             check_megatron_model(config, hf, "actor_rollout_ref.model.path")
 
 

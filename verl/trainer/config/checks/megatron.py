@@ -138,6 +138,12 @@ def check_megatron_model(config, hf_config, path_key: str, section: str = "actor
             f"this engine does not run; set {section}.megatron.tensor_model_parallel_size=1 (pipeline parallelism "
             "works) or strategy=fsdp2"
         )
+    ep = settings.expert_model_parallel_size
+    if ep > 1 and (not num_experts(hf_config) or num_experts(hf_config) % ep):
+        raise ConfigError(
+            f"{section}.megatron.expert_model_parallel_size={ep} must divide the model's routed experts "
+            f"({num_experts(hf_config)}; a dense model has none: set it to 1) ({path_key})"
+        )
     vpp = settings.virtual_pipeline_model_parallel_size or 1
     if hf_config.num_hidden_layers % (pp * vpp):
         raise ConfigError(

@@ -49,15 +49,22 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
             f"{key}.virtual_pipeline_model_parallel_size={vpp}: model chunks per pipeline stage need "
             f"pipeline_model_parallel_size > 1 (it is {pp}); set it to null"
         )
-    if settings.expert_model_parallel_size != 1 or settings.expert_tensor_parallel_size not in (None, 1):
-        # measured with megatron-core 0.16.1 on gloo: the alltoall token dispatcher builds a torch.cuda.Stream; the
-        # allgather one runs (EP=2 forward equals transformers), but needs one micro-batch shape on every expert-
-        # parallel rank, and the expert gradients averaged over the expert-data-parallel group, not done here yet
+    ep = settings.expert_model_parallel_size
+    if ep < 1 or (world_size // max(tp * pp, 1)) % ep:
         problems.append(
-            f"{key}.expert_model_parallel_size={settings.expert_model_parallel_size} / expert_tensor_parallel_size="
-            f"{settings.expert_tensor_parallel_size}: the Megatron engine keeps every expert on every rank (its "
-            "gradient averaging and micro batches are not expert-parallel yet; megatron-core's alltoall dispatcher "
-            "also needs CUDA streams); set them to 1 / null (a Qwen3-MoE model runs at expert parallel 1)"
+            f"{key}.expert_model_parallel_size={ep} must divide the data-parallel size ({world_size} workers / "
+            f"tensor {tp} x pipeline {pp})"
+        )
+    if settings.expert_tensor_parallel_size not in (None, 1):
+        problems.append(
+            f"{key}.expert_tensor_parallel_size={settings.expert_tensor_parallel_size}: experts are split over "
+            "expert-parallel ranks only here; set it to null"
+        )
+    if ep > 1 and trainable and settings.use_distributed_optimizer:
+        problems.append(
+            f"{key}.use_distributed_optimizer=True with expert_model_parallel_size={ep}: the distributed optimizer "
+            f"here slices over the data-parallel group, which mixes different experts; set "
+            f"{key}.use_distributed_optimizer=False"
         )
     if settings.sequence_parallel and tp > 1:
         problems.append(
