@@ -15,8 +15,8 @@ HF-named tensors by the hand-off stream, must agree with FSDP's to 1e-5 relative
 must the norm the step clips by. The parameters after the step agree less tightly: AdamW's first step moves each
 parameter by about lr * g / (|g| + eps), so a gradient at float-noise level (~1e-9) moves its parameter by an
 arbitrary fraction of lr in either engine; they must agree to 5% of the update, the whole model to 2e-5 of its norm,
-and each tensor to 1e-5 of its norm over the entries whose gradient is above that noise. The HF rollout's model, filled by the
-hand-off, must hold the Megatron parameters exactly.
+and each tensor to 1e-5 of its norm over the entries whose gradient is above that noise. The HF rollout's model,
+filled by the hand-off, must hold the Megatron parameters exactly.
 
 A checkpoint saved after the update restores them exactly, the next update after that resume equals the
 uninterrupted one bit for bit, and its ``huggingface/`` folder loads in transformers with the same weights, as does
