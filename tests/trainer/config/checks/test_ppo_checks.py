@@ -698,22 +698,19 @@ def test_megatron_moe_at_tensor_parallel_2_is_refused(tmp_path):
     from verl.trainer.config.checks.megatron import check_megatron_model
 
     hf = AutoConfig.from_pretrained(make_tiny_model_dir(str(tmp_path / "moe"), family="qwen3-moe", num_layers=2))
-    for tp, pp in ((1, 1), (1, 2), (2, 1)):
-        sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}
+    cases = [  # (megatron sizes, the refusal or None); expert parallelism splits the 4 experts evenly or not at all
+        ({"tensor_model_parallel_size": 1}, None),
+        ({"pipeline_model_parallel_size": 2}, None),
+        ({"expert_model_parallel_size": 2}, None),
+        ({"tensor_model_parallel_size": 2}, r"tensor_model_parallel_size=2 with a mixture-of-experts model"),
+        ({"expert_model_parallel_size": 3}, r"expert_model_parallel_size=3 must divide the model's routed experts"),
+    ]
+    for sizes, refusal in cases:
         config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})
-        if tp == 1:
+        if refusal is None:
             check_megatron_model(config, hf, "actor_rollout_ref.model.path")
             continue
-        with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=2 with a mixture-of-experts model"):
-            check_megatron_model(config, hf, "actor_rollout_ref.model.path")
-    # expert parallelism splits the 4 experts evenly or not at all
-    for ep in (2, 3):
-        sizes = {"expert_model_parallel_size": ep}
-        config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})
-        if ep == 2:
-            check_megatron_model(config, hf, "actor_rollout_ref.model.path")
-            continue
-        with pytest.raises(ConfigError, match=r"expert_model_parallel_size=3 must divide the model's routed experts"):
+        with pytest.raises(ConfigError, match=refusal):
             check_megatron_model(config, hf, "actor_rollout_ref.model.path")
 
 

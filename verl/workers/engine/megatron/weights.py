@@ -401,6 +401,18 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
         yield "lm_head.weight", cast(head)
 
 
+def _merge_mlp(linear: str, parts: list[torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """HF's ``{prefix}gate_proj`` / ``up_proj`` (``linear="linear_fc1.weight"``) or ``down_proj``
+    (``"linear_fc2.weight"``) from an MLP's tensor-parallel shards ``parts``."""
+    if linear == "linear_fc1.weight":
+        gate_up = [part.chunk(2) for part in parts]
+        gate, up = torch.cat([g for g, _ in gate_up]), torch.cat([u for _, u in gate_up])
+        return {prefix + "gate_proj.weight": gate, prefix + "up_proj.weight": up}
+    if linear == "linear_fc2.weight":
+        return {prefix + "down_proj.weight": torch.cat(parts, dim=1)}
+    raise KeyError(f"{prefix}{linear}: not a tensor of the MLP layout this merger knows")
+
+
 def merge_stage_shards(shards: list[dict], hf_config, layer_offset: int) -> dict[str, torch.Tensor]:
     """HF-named full tensors of one pipeline stage from its tensor-parallel ranks' saved state dicts (``shards[r]``:
     tp rank r's ``GPTModel.state_dict()``), without megatron-core or a process group (the model merger's path).
@@ -434,25 +446,13 @@ def merge_stage_shards(shards: list[dict], hf_config, layer_offset: int) -> dict
                 merged[p + f"self_attn.v_proj.{kind}"] = v
             elif rest == "self_attention.linear_proj.weight":
                 merged[p + "self_attn.o_proj.weight"] = torch.cat(parts, dim=1)
-            elif rest == "mlp.linear_fc1.weight":
-                gate_up = [part.chunk(2) for part in parts]
-                merged[p + "mlp.gate_proj.weight"] = torch.cat([g for g, _ in gate_up])
-                merged[p + "mlp.up_proj.weight"] = torch.cat([u for _, u in gate_up])
-            elif rest == "mlp.linear_fc2.weight":
-                merged[p + "mlp.down_proj.weight"] = torch.cat(parts, dim=1)
+            elif rest in ("mlp.linear_fc1.weight", "mlp.linear_fc2.weight"):
+                merged.update(_merge_mlp(rest.split(".", 1)[1], parts, p + "mlp."))
             elif rest == "mlp.router.weight":
                 merged[p + "mlp.gate.weight"] = first  # replicated
-            elif rest.startswith("mlp.experts.local_experts."):  # expert parallel 1: every expert in every shard
+            elif rest.startswith("mlp.experts.local_experts."):  # global expert indices (the merger renumbers them)
                 expert, linear = rest[len("mlp.experts.local_experts.") :].split(".", 1)
-                q = f"{p}mlp.experts.{expert}."
-                if linear == "linear_fc1.weight":
-                    gate_up = [part.chunk(2) for part in parts]
-                    merged[q + "gate_proj.weight"] = torch.cat([g for g, _ in gate_up])
-                    merged[q + "up_proj.weight"] = torch.cat([u for _, u in gate_up])
-                elif linear == "linear_fc2.weight":
-                    merged[q + "down_proj.weight"] = torch.cat(parts, dim=1)
-                else:
-                    raise KeyError(f"{key}: not a tensor of the Qwen3-MoE layout this merger knows")
+                merged.update(_merge_mlp(linear, parts, f"{p}mlp.experts.{expert}."))
             elif rest == "input_layernorm.weight":
                 merged[p + "input_layernorm.weight"] = first
             elif rest == "pre_mlp_layernorm.weight":
