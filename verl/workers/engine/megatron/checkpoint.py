@@ -41,6 +41,9 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             "world_size": self.world_size,
             "tensor_model_parallel_size": parallel_state.get_tensor_model_parallel_world_size(),
             "pipeline_model_parallel_size": parallel_state.get_pipeline_model_parallel_world_size(),
+            # model chunks per stage: the model files then hold a ModelChunks' state dict ("<chunk>.<GPTModel key>")
+            "virtual_pipeline_model_parallel_size": parallel_state.get_virtual_pipeline_model_parallel_world_size(),
+            "expert_model_parallel_size": parallel_state.get_expert_model_parallel_world_size(),
             # the optimizer files hold per-parameter state, or (distributed optimizer) one data-parallel slice's
             "use_distributed_optimizer": self.engine.sharded_params is not None,
         }
@@ -53,6 +56,9 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             "tp_rank": parallel_state.get_tensor_model_parallel_rank(),
             "pp_rank": parallel_state.get_pipeline_model_parallel_rank(),
             "dp_rank": parallel_state.get_data_parallel_rank(),
+            # expert parallelism: which experts the file holds, and which replica of them
+            "ep_rank": parallel_state.get_expert_model_parallel_rank(),
+            "edp_rank": parallel_state.get_expert_data_parallel_rank(),
         }
 
     def save_checkpoint(self, local_path, hdfs_path=None, global_step: int = 0, max_ckpt_to_keep=None):
@@ -106,6 +112,8 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             saved = json.load(f)
         saved.pop("ranks", None)
         saved.setdefault("use_distributed_optimizer", False)  # written before the distributed optimizer existed
+        saved.setdefault("virtual_pipeline_model_parallel_size", None)  # written before virtual pipeline stages
+        saved.setdefault("expert_model_parallel_size", 1)  # written before expert parallelism
         if saved != self._parallel_sizes():
             raise ValueError(
                 f"the checkpoint in {local_path} was saved with {saved}; this run has {self._parallel_sizes()}: "

@@ -14,6 +14,11 @@ code runs on CPU with gloo process groups. Each cover is a no-op where CUDA is a
    parallel group, and gloo has no reduce-scatter. Over gloo it all-reduces the whole buffer and keeps this rank's
    slice (the same sums, more traffic); over other backends it is ``reduce_scatter_tensor`` itself.
 
+4. :func:`cover_missing_transformer_engine`: megatron-core 0.16.1's MoE router linear (``moe_utils.
+   RouterGatingLinearFunction``) tests ``te_general_gemm is not None``, a name its module binds only when
+   TransformerEngine imports; without TE (any CPU, a GPU without it) the test raises NameError. Bound to None, the
+   router runs its torch matmul branch.
+
 Megatron's own pipeline schedules create a tensor with the literal ``device="cuda"``; the engine drives its pipeline
 stages itself instead (:mod:`verl.workers.engine.megatron.pipeline`), so no cover is needed there.
 """
@@ -28,6 +33,7 @@ import torch.distributed as dist
 
 __all__ = [
     "CPURNGStatesTracker",
+    "cover_missing_transformer_engine",
     "cpu_current_device",
     "install_rng_tracker",
     "reduce_scatter_via_all_reduce",
@@ -144,3 +150,12 @@ def reduce_scatter_via_all_reduce(output: torch.Tensor, input: torch.Tensor, gro
     summed = input.clone()
     dist.all_reduce(summed, group=group)
     output.copy_(summed.view(world, -1)[dist.get_rank(group)])
+
+
+def cover_missing_transformer_engine() -> None:
+    """Bind ``megatron.core.transformer.moe.moe_utils.te_general_gemm`` to None where TransformerEngine did not
+    import (it is unbound then, and the MoE router's linear raises NameError); with TE, nothing changes."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
