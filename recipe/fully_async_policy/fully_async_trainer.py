@@ -44,6 +44,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         self.require_batches = int(cfg.require_batches)
         # a weight sync pauses the generations in flight instead of waiting for them (the rollout worker's WeightGate)
         self.partial_rollout = bool(cfg.partial_rollout)
+        # mini-batches generating at once: as many as the staleness bound admits (one update's worth per version)
+        self.max_in_flight = self.require_batches * (self.staleness_threshold + 1)
         self.wait_timeout_s = float(self.ppo_config.trainer.watchdog_timeout_s or 3600)
         self.rollouter: Rollouter | None = None
         self.dropped_samples = 0
@@ -51,13 +53,27 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         self._data_version = 0  # the actor's version while the update being collected trains
 
     def init_workers(self) -> None:
+        host_workers = self.host_worker_processes()
+        if host_workers:
+            from verl.utils.distributed import cpu_share
+
+            print(
+                f"fully async: {self.ppo_config.trainer.n_gpus_per_node} trainer and "
+                f"{self.ppo_config.rollout.n_gpus_per_node} rollout processes share this host's cores, "
+                f"{cpu_share(host_workers)} torch threads each; up to {self.max_in_flight} mini-batches generate at "
+                "once"
+            )
         super().init_workers()
         if self.partial_rollout:
             self.rollout_wg.enable_partial_rollout()
 
     def _worker_actor_options(self, roles: set[str]) -> dict:
-        # partial rollout: receive_weights runs on a second thread of the rollout actor while it generates
-        return {"max_concurrency": 2} if self.partial_rollout and "rollout" in roles else {}
+        options = super()._worker_actor_options(roles)
+        if "rollout" in roles:
+            # threads of the rollout actor: the mini-batches in flight, a validation beside them, and (partial
+            # rollout) receive_weights while they generate
+            options["max_concurrency"] = self.max_in_flight + 2
+        return options
 
     # ------------------------------------------------------------------------------------------------ the loop
     def fit(self) -> None:
@@ -92,6 +108,7 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             staleness_threshold=self.staleness_threshold,
             require_batches=self.require_batches,
             worker_name=self._rollout_group_name(),
+            max_in_flight=self.max_in_flight,
         )
 
     def _rollout_group_name(self) -> str:
@@ -111,6 +128,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         gen_batch = self._pop_generation_inputs(prompts)
         # the sampling seed the synchronous trainer uses for the update this mini-batch goes to
         gen_batch.meta_info["global_steps"] = index // self.require_batches + 1
+        # several mini-batches in flight draw from the rollout's RNG stream (no per-call seed, see generate_sequences)
+        gen_batch.meta_info["concurrent_generation"] = self.max_in_flight > 1
         timing: dict = {}
         output = pop_worker_timing(self.rollout_wg.generate_sequences(gen_batch), timing)
         return self._merge_generation(prompts, gen_batch, output)
@@ -177,15 +196,11 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------------------------------ collaborators
     def _validate(self) -> dict:
-        """Validation on the rollout between two mini-batches (the Rollouter waits meanwhile), with the weights
-        the rollout has: those of the last sync, or the initial ones before training."""
+        """Validation on the rollout beside the Rollouter's generations (they keep going; an agent-loop rollout
+        serves both together), with the weights the rollout has: those of the last sync, or the initial ones."""
         if self.rollouter is None or not self.rollouter.is_alive():
             return super()._validate()
-        self.rollouter.acquire_for_sync(self.wait_timeout_s)
-        try:
-            return self.validator.validate(self.rollout_wg, self.global_steps)
-        finally:
-            self.rollouter.release()
+        return self.validator.validate(_AlongsideRollouts(self.rollout_wg), self.global_steps)
 
     def _save_checkpoint(self) -> None:
         """The checkpoint of ``global_steps`` with the Rollouter paused, so the dataloader position it saves is
@@ -204,6 +219,19 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             "algorithm.adv_estimator=remax is not supported by the fully async trainer; use grpo, rloo, "
             "reinforce_plus_plus, opo or gae"
         )
+
+
+class _AlongsideRollouts:
+    """The rollout worker group for a validation that runs while the Rollouter generates: its calls are marked
+    ``concurrent_generation`` (no per-call seed reset under the other generations; validation is greedy)."""
+
+    def __init__(self, rollout_wg):
+        self._wg = rollout_wg
+        self.world_size = rollout_wg.world_size
+
+    def generate_sequences(self, batch: DataProto) -> DataProto:
+        batch.meta_info["concurrent_generation"] = True
+        return self._wg.generate_sequences(batch)
 
 
 def _spans_versions(batch: DataProto) -> bool:

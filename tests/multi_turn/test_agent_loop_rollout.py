@@ -464,7 +464,8 @@ def test_a_failing_agent_loop_fails_the_call_and_leaves_no_trajectory_running(to
     rollout, engine = _rollout(tokenizer, [CALL, "The answer is 360."])
     with pytest.raises(RuntimeError, match="environment crashed"):
         rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent", "raising_agent"]))
-    assert not [task for task in asyncio.all_tasks(rollout._loop) if not task.done()]
+    # only the shared batcher's serving task is left (it serves every call): no trajectory
+    assert [task for task in asyncio.all_tasks(rollout._loop) if not task.done()] == [rollout._serving]
     out = rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent"]))  # the rollout still works
     assert len(out) == 2
 

@@ -103,7 +103,11 @@ def _fit(config, trainer_cls):
 
 
 def _rollouter_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "fully-async-rollouter" and t.is_alive()]
+    return [
+        t
+        for t in threading.enumerate()
+        if t.name.startswith(("fully-async-rollouter", "fully-async-generation")) and t.is_alive()
+    ]
 
 
 def test_staleness_0_is_on_policy_and_first_update_equals_synchronous(workspace):
