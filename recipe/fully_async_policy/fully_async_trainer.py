@@ -11,6 +11,7 @@ the rollout through the checkpoint engine, between two mini-batch generations. T
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -48,6 +49,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         self.max_in_flight = self.require_batches * (self.staleness_threshold + 1)
         self.wait_timeout_s = float(self.ppo_config.trainer.watchdog_timeout_s or 3600)
         self.rollouter: Rollouter | None = None
+        # a validation running beside the training (its thread, its step, its metrics or error when done)
+        self._validation: dict | None = None
         self.dropped_samples = 0
         self._taken = 0  # mini-batches taken for the update being collected
         self._data_version = 0  # the actor's version while the update being collected trains
@@ -84,9 +87,14 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             self.shutdown()
 
     def shutdown(self, timeout_s: float = 60.0) -> None:
-        """Stop the Rollouter and wait for its thread (bounded by ``timeout_s``)."""
-        if self.rollouter is not None:
-            self.rollouter.stop(timeout_s)
+        """Stop the Rollouter and wait for its thread and a validation in flight (bounded by ``timeout_s``)."""
+        try:
+            if self._validation is not None:
+                self._validation["thread"].join(timeout_s)
+                self._validation = None
+        finally:
+            if self.rollouter is not None:
+                self.rollouter.stop(timeout_s)
 
     def _train_batches(self):
         """(epoch, generated batch as a dict) per update, from the Rollouter's queue."""
@@ -182,7 +190,10 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
 
     def _push_weights(self, version: int, timing_raw: dict, metrics: dict) -> None:
         """Send the actor's weights as ``version``: once the rollout is between two mini-batches, or (partial
-        rollout) at once, the generation in flight pausing for the load and finishing under the new weights."""
+        rollout) at once, the generation in flight pausing for the load and finishing under the new weights. A
+        validation in flight finishes first: it scores the weights it started with."""
+        with marked_timer("wait_validation", timing_raw):
+            self._finish_validation()
         with marked_timer("sync_rollout_weights", timing_raw):
             if self.partial_rollout:
                 stats = self.weight_sync.send(version)
@@ -195,6 +206,40 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         metrics.update({f"checkpoint_engine/{k}": v for k, v in stats.items()})
 
     # ------------------------------------------------------------------------------------------ collaborators
+    def _maybe_validate(self, is_last_step: bool, timing_raw: dict) -> dict | None:
+        """While the Rollouter runs, a validation goes on a thread of its own and the trainer goes on with the next
+        update (verl validates in the rollouter); its metrics are logged under its own step once it is done, at the
+        latest before the next weight sync. The last step's validation is waited for, as in ``RayPPOTrainer``."""
+        if is_last_step or self.rollouter is None or not self.rollouter.is_alive():
+            self._finish_validation()
+            return super()._maybe_validate(is_last_step, timing_raw)
+        test_freq = self.ppo_config.trainer.test_freq
+        if self.val_reward_fn is None or test_freq <= 0 or self.global_steps % test_freq:
+            return None
+        self._finish_validation()
+        run = {"step": self.global_steps}
+
+        def validate() -> None:
+            try:
+                run["metrics"] = self.validator.validate(_AlongsideRollouts(self.rollout_wg), run["step"])
+            except BaseException as exc:  # noqa: BLE001 - raised in the trainer's thread
+                run["error"] = exc
+
+        run["thread"] = threading.Thread(target=validate, name="fully-async-validation", daemon=True)
+        self._validation = run
+        run["thread"].start()
+        return None
+
+    def _finish_validation(self) -> None:
+        """Wait for the validation in flight, if any, and log its metrics under its step."""
+        run, self._validation = self._validation, None
+        if run is None:
+            return
+        run["thread"].join()
+        if "error" in run:
+            raise run["error"]
+        self.tracker.log(data=run["metrics"], step=run["step"])
+
     def _validate(self) -> dict:
         """Validation on the rollout beside the Rollouter's generations (they keep going; an agent-loop rollout
         serves both together), with the weights the rollout has: those of the last sync, or the initial ones."""
