@@ -167,6 +167,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
 
     def train_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto | None, dict]:
         """Train on the collected mini-batches, then push the weights if this update triggers a sync."""
+        if self._validation is not None and not self._validation["thread"].is_alive():
+            self._finish_validation()  # logged as soon as the trainer sees it done
         metrics = self._queue_metrics()
         with marked_timer("train", timing_raw):
             batch = self._train_on_generated(batch, metrics, timing_raw)
@@ -239,6 +241,11 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         if "error" in run:
             raise run["error"]
         self.tracker.log(data=run["metrics"], step=run["step"])
+        self._reporter.on_validation(run["step"], run["metrics"])  # metrics.jsonl: the time it was logged
+
+    def _make_reporter(self):
+        self._reporter = super()._make_reporter()
+        return self._reporter
 
     def _validate(self) -> dict:
         """Validation on the rollout beside the Rollouter's generations (they keep going; an agent-loop rollout

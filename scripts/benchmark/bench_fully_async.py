@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -180,6 +181,7 @@ def grpo_overrides(work: str, model: str, args) -> list[str]:
 def run_side(side: str, work: str, common: list[str], args, env: dict) -> dict:
     """One GRPO run; its validation curve against wall time since launch, and its wall time."""
     out = os.path.join(work, f"grpo_{side}")
+    shutil.rmtree(out, ignore_errors=True)  # metrics.jsonl is appended to: a previous run's records would mix in
     if side == "sync":
         cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *common, "trainer.n_gpus_per_node=2"]
     else:
