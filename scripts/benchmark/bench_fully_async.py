@@ -13,14 +13,16 @@ Both GRPO runs start from the same SFT model with the same data, seeds, batch (`
 samples, one update per batch) and number of steps, so they train the same number of samples: the synchronous trainer
 (``main_ppo``, two colocated workers, hybrid engine) and the fully async one
 (``recipe.fully_async_policy.fully_async_main``, ``--async_trainer_procs`` trainer and ``--async_rollout_procs``
-rollout processes on the same cores, staleness 1, a weight sync every update, partial rollout). They run one after
+rollout processes on the same cores, ``--staleness`` 2 (up to 3 mini-batches generating at once), a weight sync every
+update, partial rollout). They run one after
 the other in this invocation (``--order``), never at once. ``target_met`` is null when sync's validation score
 never rose above its first value (there is nothing to reach).
 
 Prints one JSON line per figure: each run's validation curve (greedy exact-answer accuracy on the first
 ``--val_size`` of the 200 held-out problems) against wall time since the run was launched, and the target's figures:
-sync's final score, the time the async run first reached it within 0.03, and that time over sync's wall time
-(target <= 2/3). The curves also go to ``<work_dir>/curves.json``.
+sync's final score, the time the async run first reached it within 0.03, and that time over sync's time to its last
+validation (target <= 2/3); each run's mean step phases and the share of the host's cores its processes kept busy.
+The curves also go to ``<work_dir>/curves.json``.
 """
 
 from __future__ import annotations
@@ -272,7 +274,7 @@ def main(argv=None) -> None:
     parser.add_argument("--batch_size", type=int, default=8, help="prompts per update (one mini-batch)")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--val_size", type=int, default=64, help="held-out problems validated (0: all 200)")
-    parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--staleness", type=int, default=2, help="up to staleness + 1 mini-batches generate at once")
     parser.add_argument("--async_trainer_procs", type=int, default=1, help="the async run's trainer processes")
     parser.add_argument("--async_rollout_procs", type=int, default=1, help="the async run's rollout processes")
     parser.add_argument("--partial_rollout", default="True")
