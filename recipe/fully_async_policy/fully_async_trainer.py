@@ -1,12 +1,14 @@
 """``FullyAsyncRayTrainer``: the rollout generates continuously while the actor trains on what is ready.
 
 The rollout runs on a pool of its own (``actor_rollout_ref.hybrid_engine=False``). A ``Rollouter`` thread of the
-driver generates mini-batches of ``ppo_mini_batch_size`` prompts into a bounded queue, each tagged with the weight
-version that generated it. Each update takes ``async_training.require_batches`` mini-batches from the queue; a
-mini-batch more than ``staleness_threshold`` versions behind the actor (version = updates done) is dropped, never
-trained (``fully_async/dropped_samples``). Every ``trigger_parameter_sync_step`` updates the actor's weights go to
-the rollout through the checkpoint engine, between two mini-batch generations. The step pieces are those of
-``RayPPOTrainer`` (reward to update) and the weight transfer that of the one-step off-policy trainer.
+driver generates mini-batches of ``ppo_mini_batch_size`` prompts into a bounded queue (several at once, as many as
+the staleness bound admits), each tagged with the weight version that generated it. Each update takes
+``async_training.require_batches`` mini-batches from the queue; a mini-batch more than ``staleness_threshold``
+versions behind the actor (version = updates done) is dropped, never trained (``fully_async/dropped_samples``). Every
+``trigger_parameter_sync_step`` updates the actor's weights go to the rollout through the checkpoint engine (without
+partial rollout, once no mini-batch is generating). Validation runs beside the rollouts and the training, on a thread
+of its own. The step pieces are those of ``RayPPOTrainer`` (reward to update) and the weight transfer that of the
+one-step off-policy trainer.
 """
 
 from __future__ import annotations
@@ -191,7 +193,7 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         }
 
     def _push_weights(self, version: int, timing_raw: dict, metrics: dict) -> None:
-        """Send the actor's weights as ``version``: once the rollout is between two mini-batches, or (partial
+        """Send the actor's weights as ``version``: once no mini-batch is generating, or (partial
         rollout) at once, the generation in flight pausing for the load and finishing under the new weights. A
         validation in flight finishes first: it scores the weights it started with."""
         with marked_timer("wait_validation", timing_raw):
