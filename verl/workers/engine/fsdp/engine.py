@@ -3,9 +3,9 @@
 Its forwards pack the valid tokens of a micro batch into one row (``use_remove_padding``) or run the padded batch
 with the all-padding columns trimmed; under Ulysses sequence parallelism (sp > 1, packed only) each rank of an SP
 group runs a slice of every packed row of the group's gathered batch. A policy's log-probs come from the logits
-divided by the temperature, or from the fused output head (``use_fused_kernels``, no logits built); the entropy a
-loss differentiates may be compiled (``use_torch_compile``), chunked or checkpointed. On CPU an update attends with
-the plain attention form (:mod:`verl.workers.engine.fsdp.cpu_attention`).
+divided by the temperature, or from the fused output head (``use_fused_kernels``, and on CPU every pass without
+grad; no logits built); the entropy a loss differentiates may be compiled (``use_torch_compile``), chunked or
+checkpointed. On CPU an update attends with the plain attention form (:mod:`verl.workers.engine.fsdp.cpu_attention`).
 """
 
 from __future__ import annotations
