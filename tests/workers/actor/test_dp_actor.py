@@ -13,7 +13,6 @@ from tests.plain_attention import bf16_update_through_both_forms
 from verl.protocol import DataProto
 from verl.utils.model import compute_position_id_with_mask
 from verl.workers.actor import DataParallelPPOActor
-from verl.workers.engine.fsdp import fused_head
 
 VOCAB, P, T, B = 96, 6, 5, 6
 TEMPERATURE = 0.7
@@ -184,11 +183,6 @@ def test_remove_padding_equals_padded_on_full_length_rows_with_the_per_sequence_
         F, "scaled_dot_product_attention", lambda q, *a, **k: lengths.append(q.shape[-2]) or sdpa(q, *a, **k)
     )
     monkeypatch.setattr(model.lm_head, "forward", lambda h: head_rows.append(h.shape[-2]) or head(h))
-    # a pass without grad on CPU runs the fused output head instead of the lm-head's forward: count its rows too
-    fused = fused_head.fused_linear_logprobs
-    monkeypatch.setattr(
-        fused_head, "fused_linear_logprobs", lambda h, *a, **k: head_rows.append(h.shape[-2]) or fused(h, *a, **k)
-    )
     packed = DataParallelPPOActor(actor_config(use_remove_padding=True), model)
     lp_b, ent_b = packed.compute_log_prob(data, calculate_entropy=True)
     assert set(lengths) == {P + T} and head_rows == [3 * T, 3 * T]

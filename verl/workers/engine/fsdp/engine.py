@@ -3,9 +3,9 @@
 Its forwards pack the valid tokens of a micro batch into one row (``use_remove_padding``) or run the padded batch
 with the all-padding columns trimmed; under Ulysses sequence parallelism (sp > 1, packed only) each rank of an SP
 group runs a slice of every packed row of the group's gathered batch. A policy's log-probs come from the logits
-divided by the temperature, or from the fused output head (``use_fused_kernels``, and on CPU every pass without
-grad; no logits built); the entropy a loss differentiates may be compiled (``use_torch_compile``), chunked or
-checkpointed. On CPU an update attends with the plain attention form (:mod:`verl.workers.engine.fsdp.cpu_attention`).
+divided by the temperature, or from the fused output head (``use_fused_kernels``, no logits built); the entropy a
+loss differentiates may be compiled (``use_torch_compile``), chunked or checkpointed. On CPU an update attends with
+the plain attention form (:mod:`verl.workers.engine.fsdp.cpu_attention`).
 """
 
 from __future__ import annotations
@@ -81,15 +81,6 @@ def _sharded_across_ranks(module: nn.Module) -> bool:
     return dist.is_initialized() and dist.get_world_size() > 1 and fsdp_version(module) == 2
 
 
-def _fusable_head(module: nn.Module) -> bool:
-    """Whether ``module``'s output head is a plain ``hidden @ weight.T`` (see :func:`check_fusable_head`)."""
-    try:
-        check_fusable_head(module)
-    except ValueError:
-        return False
-    return True
-
-
 def _shallow_copy(data: DataProto) -> DataProto:
     return DataProto(batch=data.batch, non_tensor_batch=data.non_tensor_batch, meta_info=data.meta_info)
 
@@ -154,7 +145,6 @@ class FSDPEngine(TrainingEngine):
         else:
             self._entropy_fn = verl_F.entropy_from_logits
         self.device = compute_device()
-        self._fused_head_without_grad = kind == "policy" and self.device.type == "cpu" and _fusable_head(module)
         # Ranks on one CPU host talk over gloo and loopback TCP, where FSDP2's per-micro-batch all-gathers and
         # reduce-scatters are a large share of an update (FSDP2Accumulation): there, gather once per mini batch
         # (and once per log-prob pass) instead. Accelerators keep FSDP's per-layer memory bound.
@@ -300,12 +290,12 @@ class FSDPEngine(TrainingEngine):
                 kwargs = packed_forward_kwargs(module, pos_rmpad, dtype, sequence_parallel=sp > 1)
                 slots = None
                 if sp == 1 and takes_logits_to_keep(module):
-                    # only the positions that predict a response token go through the lm-head and the softmax
-                    # (the padded path's logits_to_keep): the prompts' other positions are never read
+                    # only the positions that predict a response token go through the lm-head (fused or not) and
+                    # the softmax (the padded path's logits_to_keep): the prompts' other positions are never read
                     read, slots = packed_response_positions(valid, response_length)
                     kwargs["logits_to_keep"] = read
                     labels = labels[:, read]
-                if self._use_fused_head():
+                if self.use_fused_kernels:
                     with fused_output_head(module, labels, temperature, calculate_entropy) as fused:
                         module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
                     log_probs, token_entropy = fused.log_probs.squeeze(0), fused.entropy
@@ -326,7 +316,7 @@ class FSDPEngine(TrainingEngine):
                     if calculate_entropy:
                         entropy = gather_sequence_parallel(token_entropy, sp, sp_pad)
                         entropy = unpack_to_padded(entropy, valid)[:, -response_length - 1 : -1]
-            elif self._use_fused_head():
+            elif self.use_fused_kernels:
                 entropy, log_probs = self._fused_padded_forward(
                     micro_batch, mm_kwargs, temperature, calculate_entropy, entropy_grad
                 )
@@ -350,13 +340,6 @@ class FSDPEngine(TrainingEngine):
                 if calculate_entropy:
                     entropy = _pad_responses(entropy, response_length)
         return entropy, log_probs
-
-    def _use_fused_head(self) -> bool:
-        """Whether this forward computes the log-probs with the fused, chunked output head: under
-        ``use_fused_kernels``, and on CPU for every pass without grad (reference, old log-probs), where it costs no
-        recompute and the ``(tokens, vocab)`` logits are never built: on SmolLM2-135M's shape (vocabulary 49152,
-        16 x 176 tokens, 2 threads) the pass took 12.5 CPU seconds against 15.5 with the logits."""
-        return self.use_fused_kernels or (self._fused_head_without_grad and not torch.is_grad_enabled())
 
     def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
         """The entropy a loss differentiates (``entropy_coeff != 0``)."""

@@ -5,8 +5,7 @@
 vocabulary and a micro batch of 4 x 257 response positions that is 200 MB of float32 three times over, per worker.
 Here the lm-head matmul, the softmax and the gather run over row chunks of the hidden states; the backward recomputes
 each chunk's logits instead of keeping them. The cost is one more lm-head matmul per training micro batch (the
-recompute); log-prob passes without grad (reference, old log-probs) cost nothing extra, so on CPU the engine uses
-this head for them whatever the setting says.
+recompute); log-prob passes without grad (reference, old log-probs) cost nothing extra.
 
 The output head is swapped for the call only (:func:`fused_output_head`), so the model's own forward (FSDP's
 unsharding of the head's weight included) runs unchanged up to it.
