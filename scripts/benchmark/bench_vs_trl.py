@@ -418,7 +418,12 @@ def main(argv=None) -> int:
     parser.add_argument("--response-length", type=int, default=128)
     parser.add_argument("--kl-coef", type=float, default=0.001)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--workers",
+        default="2",
+        help="our worker processes (each takes its share of the cores); a list such as 1,2 runs each count as a "
+        "side of its own, interleaved with the others",
+    )
     parser.add_argument("--micro", type=int, default=None, help="samples per micro batch (default: all of a rank's)")
     parser.add_argument(
         "--precision",
@@ -464,25 +469,60 @@ def main(argv=None) -> int:
     # The host's speed drifts by 20% and more over minutes (shared VMs), so a ratio read off one TRL run and one of ours
     # taken minutes apart can be off by as much. --rounds alternates the sides (TRL, ours, TRL, ours ...) and pools
     # their steps, and each round's own ratio is printed too.
-    rollouts = args.rollout.split(",")
-    runs: dict[str, list[dict]] = {"trl": [], **{rollout: [] for rollout in rollouts}}
+    worker_counts = [int(w) for w in str(args.workers).split(",")]
+    # one side of ours per (rollout, worker count); named by the rollout alone when one count is measured
+    sides = {
+        (f"{rollout}_w{workers}" if len(worker_counts) > 1 else rollout): (rollout, workers)
+        for rollout in args.rollout.split(",")
+        for workers in worker_counts
+    }
+    rollouts = list(sides)
+    runs: dict[str, list[dict]] = {"trl": [], **{side: [] for side in sides}}
     for round_index in range(args.rounds):
         suffix = f"_r{round_index}" if args.rounds > 1 else ""
         if not args.skip_trl:
             runs["trl"].append(measure_trl(args, model, os.path.join(work_dir, f"trl{suffix}")))
-        for rollout in rollouts:
-            args_r = argparse.Namespace(**{**vars(args), "rollout": rollout})
-            runs[rollout].append(measure_ours(args_r, model, os.path.join(work_dir, f"ours_{rollout}{suffix}")))
+        for side, (rollout, workers) in sides.items():
+            args_r = argparse.Namespace(**{**vars(args), "rollout": rollout, "workers": workers})
+            runs[side].append(measure_ours(args_r, model, os.path.join(work_dir, f"ours_{side}{suffix}")))
 
-    trl_step = emit_side("trl", runs["trl"], ("gen", "ref", "update_fwd")) if runs["trl"] else None
+    add_trl_update(runs["trl"])
+    trl_step = emit_side("trl", runs["trl"], ("gen", "ref", "update_fwd", "update")) if runs["trl"] else None
     for rollout in rollouts:
         ours = emit_side(f"ours_{rollout}", runs[rollout], PHASES)
         if trl_step:
             pairs = zip(runs["trl"], runs[rollout], strict=True)
             per_round = [round(median_step(t) / median_step(o), 2) for t, o in pairs]
-            target = 2 if rollout == "vllm" else 1
+            target = 2 if rollout.startswith("vllm") else 1
             emit(f"ratio_trl_over_ours_{rollout}", round(trl_step / ours, 2), target=f">= {target}", rounds=per_round)
+            emit_phase_ratios(rollout, runs["trl"], runs[rollout], trl_step)
     return 0
+
+
+def add_trl_update(trl_runs: list[dict]) -> None:
+    """Give each TRL step an ``update`` phase: the rest of its step after generation and the reference pass (the
+    training forward, backward, optimizer step, reward and bookkeeping)."""
+    for run in trl_runs:
+        for step_s, phases in zip(run["step_s"], run["phases"], strict=False):
+            phases["update"] = step_s - phases.get("gen", 0.0) - phases.get("ref", 0.0)
+
+
+def median_phase(runs: list[dict], phase: str) -> float:
+    return statistics.median(p.get(phase, 0.0) for p in after_warmup(runs, "phases"))
+
+
+def emit_phase_ratios(side: str, trl_runs: list[dict], our_runs: list[dict], trl_step: float) -> None:
+    """Our phase / TRL's for the reference pass and the update (at or under 1: not slower), and the bound on the step
+    ratio at equal work elsewhere: TRL_step / (TRL_step - TRL_gen + our_gen)."""
+    pairs = {"ref": ("ref", "ref"), "update": ("update_actor", "update")}
+    for name, (ours, theirs) in pairs.items():
+        trl_s = median_phase(trl_runs, theirs)
+        if trl_s > 0:
+            ratio = round(median_phase(our_runs, ours) / trl_s, 2)
+            emit(f"phase_ratio_ours_over_trl_{name}_{side}", ratio, target="<= 1")
+    trl_gen, our_gen = median_phase(trl_runs, "gen"), median_phase(our_runs, "gen")
+    if trl_gen > 0:
+        emit(f"step_ratio_bound_{side}", round(trl_step / (trl_step - trl_gen + our_gen), 2))
 
 
 def _count_params(model_dir: str) -> int:

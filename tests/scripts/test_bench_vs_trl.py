@@ -53,3 +53,14 @@ def test_rounds_pool_every_runs_steps_after_its_own_warmup(capsys):
     assert figures["ours_vllm_tokens_per_s"]["value"] == round(130 / 13.0, 1)
     assert figures["ours_vllm_peak_pss_gb"]["value"] == 3.0  # the worst round's peak
     assert figures["ours_vllm_step_s"]["steps"] == [[90.0, 10.0, 12.0], [80.0, 14.0, 16.0]]
+
+
+def test_phase_ratios_and_the_step_bound_come_from_the_pooled_phases(capsys):
+    trl = [{"step_s": [99.0, 10.0, 12.0], "phases": [{}, {"gen": 4.0, "ref": 2.0}, {"gen": 4.0, "ref": 2.0}]}]
+    bench.add_trl_update(trl)
+    ours = [{"step_s": [50.0, 8.0, 8.0], "phases": [{}, *[{"gen": 2.0, "ref": 1.0, "update_actor": 3.5}] * 2]}]
+    bench.emit_phase_ratios("hf", trl, ours, trl_step=11.0)
+    figures = {line["figure"]: line["value"] for line in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert figures["phase_ratio_ours_over_trl_ref_hf"] == 0.5
+    assert figures["phase_ratio_ours_over_trl_update_hf"] == round(3.5 / 5.0, 2)  # TRL's update: 4 and 6, median 5
+    assert figures["step_ratio_bound_hf"] == round(11.0 / (11.0 - 4.0 + 2.0), 2)

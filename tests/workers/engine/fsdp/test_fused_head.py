@@ -76,6 +76,26 @@ def test_actor_log_probs_and_entropy_equal_the_unfused_path(use_remove_padding):
     assert lp_b.shape == ent_b.shape == lp_a.shape
 
 
+def test_packed_fused_head_runs_on_the_response_positions_only(monkeypatch):
+    from verl.workers.engine.fsdp import fused_head
+
+    model = tiny_lm()
+    data = log_prob_meta(rollout_batch(), micro_batch_size=len(rollout_batch()))
+    head_rows = []
+    inner = fused_head.fused_linear_logprobs
+    monkeypatch.setattr(
+        fused_head, "fused_linear_logprobs", lambda h, *a, **k: head_rows.append(h.shape[-2]) or inner(h, *a, **k)
+    )
+    fused = DataParallelPPOActor(actor_config(use_remove_padding=True, use_fused_kernels=True), model)
+    fused.compute_log_prob(data)
+    logits_rows = []
+    head = model.lm_head.forward
+    monkeypatch.setattr(model.lm_head, "forward", lambda h: logits_rows.append(h.shape[-2]) or head(h))
+    DataParallelPPOActor(actor_config(use_remove_padding=True), model).compute_log_prob(data)
+    # the same positions as the logits path reads: those among each row's last T + 1 but one, fewer than all tokens
+    assert head_rows == logits_rows and head_rows[0] < int(data.batch["attention_mask"].sum())
+
+
 @pytest.mark.parametrize("use_remove_padding", [False, True])
 @pytest.mark.parametrize("tied", [False, True])
 def test_update_equals_the_unfused_update(use_remove_padding, tied):

@@ -289,6 +289,12 @@ class FSDPEngine(TrainingEngine):
                 dtype = next(module.parameters()).dtype
                 kwargs = packed_forward_kwargs(module, pos_rmpad, dtype, sequence_parallel=sp > 1)
                 slots = None
+                if sp == 1 and takes_logits_to_keep(module):
+                    # only the positions that predict a response token go through the lm-head (fused or not) and
+                    # the softmax (the padded path's logits_to_keep): the prompts' other positions are never read
+                    read, slots = packed_response_positions(valid, response_length)
+                    kwargs["logits_to_keep"] = read
+                    labels = labels[:, read]
                 if self.use_fused_kernels:
                     with fused_output_head(module, labels, temperature, calculate_entropy) as fused:
                         module(input_ids=ids_rmpad, **kwargs, **mm_kwargs)
@@ -296,12 +302,6 @@ class FSDPEngine(TrainingEngine):
                     if token_entropy is not None:
                         token_entropy = token_entropy.squeeze(0) if entropy_grad else token_entropy.squeeze(0).detach()
                 else:
-                    if sp == 1 and takes_logits_to_keep(module):
-                        # only the positions that predict a response token go through the lm-head and the softmax
-                        # (the padded path's logits_to_keep): the prompts' other positions are never read
-                        read, slots = packed_response_positions(valid, response_length)
-                        kwargs["logits_to_keep"] = read
-                        labels = labels[:, read]
                     logits = module(input_ids=ids_rmpad, **kwargs, **mm_kwargs).logits.squeeze(0)
                     logits.div_(temperature)
                     log_probs, token_entropy = self._log_probs_and_entropy(

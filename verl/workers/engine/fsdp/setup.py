@@ -118,15 +118,34 @@ def apply_lora(module, model_config, task_type: str = "CAUSAL_LM"):
     return get_peft_model(module, lora_config)
 
 
+# the dtypes torch's fused AdamW kernel takes on CPU
+_FUSED_ADAMW_CPU_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+def cpu_fused_adamw(params: list[torch.Tensor]) -> dict:
+    """``{"fused": True}`` when every parameter is a CPU tensor of a dtype torch's fused AdamW takes, else ``{}``
+    (torch's own choice: for-each on accelerators, a per-tensor loop on CPU).
+
+    On CPU torch does not pick the fused kernel by itself, and its per-tensor loop re-reads every parameter and
+    moment several times: one step of SmolLM2-135M's shape took 3.9 CPU seconds against 0.46 fused (25M: 0.60
+    against 0.10; 2 threads). Same update up to float rounding (FSDP2's DTensor shards included); TRL's default
+    ``optim="adamw_torch_fused"`` is the same kernel."""
+    if params and all(p.device.type == "cpu" and p.dtype in _FUSED_ADAMW_CPU_DTYPES for p in params):
+        return {"fused": True}
+    return {}
+
+
 def build_optimizer(module: torch.nn.Module, optim_config: OptimConfig):
     """AdamW plus the warmup scheduler ``optim.warmup_style`` names (constant or cosine)."""
     from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
+    params = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        [p for p in module.parameters() if p.requires_grad],
+        params,
         lr=optim_config.lr,
         betas=tuple(optim_config.betas),
         weight_decay=optim_config.weight_decay,
+        **cpu_fused_adamw(params),
     )
     total_steps = optim_config.total_training_steps
     warmup_steps = optim_config.warmup_steps()
