@@ -15,7 +15,14 @@ bench = load_benchmark("bench_vs_trl")
 def _args(**changes) -> argparse.Namespace:
     """The bench's own defaults (8 prompts x n=4 x 128 tokens, 2 workers), with ``changes``."""
     defaults = {"prompts": 8, "n": 4, "workers": 2, "micro": None, "lr": 1e-3, "kl_coef": 0.001}
-    defaults |= {"response_length": 128, "steps": 4, "precision": "fp32", "rollout": "vllm", "extra": []}
+    defaults |= {
+        "response_length": 128,
+        "prompt_length": 64,
+        "steps": 4,
+        "precision": "fp32",
+        "rollout": "vllm",
+        "extra": [],
+    }
     return argparse.Namespace(**{**defaults, "train_file": "/data/train.parquet", **changes})
 
 
