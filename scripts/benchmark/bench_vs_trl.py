@@ -238,6 +238,10 @@ def trl_child(args) -> None:
     samples: list[dict] = []
     phase_timer = TRLPhaseTimer(GRPOTrainer)
 
+    def save() -> None:  # after every step: a run stopped early (a slow host) keeps the steps it finished
+        with open(args.result, "w") as f:
+            json.dump({"step_s": steps, "tokens": tokens, "phases": phases, "seqlens": seqlens, "samples": samples}, f)
+
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **k):
             phase_timer.reset()
@@ -252,6 +256,7 @@ def trl_child(args) -> None:
             if logs and "completions/mean_length" in logs:
                 tokens.append(int(logs["completions/mean_length"] * args.prompts * args.n))
                 samples.append({name: logs[trl] for name, (_, trl) in SAMPLE_FIGURES.items() if trl in logs})
+                save()
 
     config = GRPOConfig(
         output_dir=os.path.join(args.work_dir, "trl_out"),
@@ -280,8 +285,7 @@ def trl_child(args) -> None:
         callbacks=[StepTimer()],
     )
     trainer.train()
-    with open(args.result, "w") as f:
-        json.dump({"step_s": steps, "tokens": tokens, "phases": phases, "seqlens": seqlens, "samples": samples}, f)
+    save()
 
 
 class TRLPhaseTimer:
