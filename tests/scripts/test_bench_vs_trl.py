@@ -15,7 +15,14 @@ bench = load_benchmark("bench_vs_trl")
 def _args(**changes) -> argparse.Namespace:
     """The bench's own defaults (8 prompts x n=4 x 128 tokens, 2 workers), with ``changes``."""
     defaults = {"prompts": 8, "n": 4, "workers": 2, "micro": None, "lr": 1e-3, "kl_coef": 0.001}
-    defaults |= {"response_length": 128, "steps": 4, "precision": "fp32", "rollout": "vllm", "extra": []}
+    defaults |= {
+        "response_length": 128,
+        "prompt_length": 64,
+        "steps": 4,
+        "precision": "fp32",
+        "rollout": "vllm",
+        "extra": [],
+    }
     return argparse.Namespace(**{**defaults, "train_file": "/data/train.parquet", **changes})
 
 
@@ -64,3 +71,31 @@ def test_phase_ratios_and_the_step_bound_come_from_the_pooled_phases(capsys):
     assert figures["phase_ratio_ours_over_trl_ref_hf"] == 0.5
     assert figures["phase_ratio_ours_over_trl_update_hf"] == round(3.5 / 5.0, 2)  # TRL's update: 4 and 6, median 5
     assert figures["step_ratio_bound_hf"] == round(11.0 / (11.0 - 4.0 + 2.0), 2)
+
+
+class _LinearFlops:
+    """A FLOP counter of 1e9 forward FLOPs per token (``estimate_flops`` reports forward + backward, in TFLOPs)."""
+
+    def estimate_flops(self, seqlens, delta_time):
+        return 3 * sum(seqlens) * 1e9 / 1e12 / delta_time, 0.0
+
+
+def test_trl_phases_are_counted_as_ours_with_the_update_as_the_rest_of_the_step():
+    # 100 tokens: one forward is 1e11 FLOPs; the update (10 - 4 - 2 = 4 s) is forward + backward, 3e11 FLOPs
+    metrics = bench.trl_mfu(10.0, {"gen": 4.0, "ref": 2.0}, [60, 40], _LinearFlops(), peak_flops=1e11)
+    assert metrics["perf/achieved_tflops/gen"] == 0.025 and metrics["perf/mfu/gen"] == 0.25
+    assert metrics["perf/achieved_tflops/ref"] == 0.05 and metrics["perf/mfu/ref"] == 0.5
+    assert metrics["perf/mfu/update_actor"] == 0.75 and metrics["perf/peak_tflops"] == 0.1
+
+
+def test_sample_and_mfu_figures_are_medians_after_warmup(capsys):
+    run = {"step_s": [50.0, 10.0, 12.0, 14.0], "phases": [{"gen": 9.0}, {"gen": 2.0}, {"gen": 4.0}, {"gen": 5.0}]}
+    run["tokens"] = [0, 200, 200, 500]
+    run["samples"] = [{"reward": 0.9, "response_length": 9}, {"reward": 0.1}, {"reward": 0.3}, {"reward": 0.2}]
+    run["mfu"] = [{"perf/mfu/gen": 0.9}, {"perf/mfu/gen": 0.1}, {"perf/mfu/gen": 0.2}, {"perf/mfu/gen": 0.4}]
+    run["memory"] = _memory(1.0)
+    bench.emit_side("trl", [run], ("gen",))
+    figures = {line["figure"]: line["value"] for line in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert figures["trl_reward"] == 0.2 and "trl_response_length" not in figures  # only the warm-up step had it
+    assert figures["trl_mfu_gen"] == 0.2
+    assert figures["trl_gen_tokens_per_s"] == 100.0  # per step 200/2, 200/4, 500/5

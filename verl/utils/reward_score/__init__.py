@@ -74,6 +74,10 @@ def default_compute_score(
         from verl.utils.reward_score import arithmetic
 
         res = arithmetic.compute_score(solution_str, ground_truth)
+    elif data_source == "verl/word_problems":
+        from verl.utils.reward_score import word_problems
+
+        res = word_problems.compute_score(solution_str, ground_truth)
     elif data_source in _SEARCH_R1_SOURCES:
         from verl.utils.reward_score import search_r1_like_qa_em
 
