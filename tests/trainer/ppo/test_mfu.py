@@ -48,6 +48,30 @@ def test_the_cpu_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert len(calls) == 2 and len(json.loads((tmp_path / "peak_flops.json").read_text())) == 2
 
 
+def test_a_busy_probe_is_repeated_when_quieter_and_the_higher_peak_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path))
+    probes, load = iter([3e10, 5e10, 4e10]), [6.0]
+    monkeypatch.setattr(peak_flops, "_measure", lambda dtype, threads: next(probes))
+    monkeypatch.setattr(peak_flops, "_load_average", lambda: load[0])
+    assert peak_flops.cpu_peak_flops(torch.float32, threads=2).flops == 3e10  # probed at load 6
+    assert peak_flops.cpu_peak_flops(torch.float32, threads=2).flops == 3e10  # as busy now: the cache serves
+    load[0] = 1.0
+    assert peak_flops.cpu_peak_flops(torch.float32, threads=2).flops == 5e10  # quieter: probed again, higher
+    load[0] = 0.2
+    assert peak_flops.cpu_peak_flops(torch.float32, threads=2).flops == 5e10  # load 1 was quiet: not probed
+    assert next(probes) == 4e10  # the third probe was never taken
+
+
+def test_a_cache_of_bare_figures_is_read_and_probed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path))
+    key = f"{peak_flops._cpu_model()}|float32|2"
+    (tmp_path / "peak_flops.json").write_text(json.dumps({key: 7e10}))
+    monkeypatch.setattr(peak_flops, "_load_average", lambda: 0.5)
+    monkeypatch.setattr(peak_flops, "_measure", lambda dtype, threads: 6e10)
+    assert peak_flops.cpu_peak_flops(torch.float32, threads=2).flops == 7e10  # never lowered by a later probe
+    assert json.loads((tmp_path / "peak_flops.json").read_text())[key] == {"flops": 7e10, "load": 0.5}
+
+
 def test_the_gemm_probe_measures_a_plausible_peak():
     measured = peak_flops._measure(torch.float32, threads=1)
     assert 1e8 < measured < 1e13  # between 0.1 GFLOP/s and 10 TFLOP/s for one CPU thread
