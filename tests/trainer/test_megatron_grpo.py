@@ -123,10 +123,9 @@ def _tp2_command_line(tmp_path, estimator: str, step_keys: tuple[str, ...], role
         f"custom_reward_function.path={write_reward_fn(tmp_path)}",
         "trainer.resume_mode=disable",
         "trainer.save_freq=2",
-        "actor_rollout_ref.ref.megatron.sequence_parallel=False",
     ]
-    for section in ("actor_rollout_ref.actor", "critic"):
-        overrides += [f"{section}.megatron.tensor_model_parallel_size=2", f"{section}.megatron.sequence_parallel=False"]
+    for section in ("actor_rollout_ref.actor", "critic"):  # sequence_parallel=True, the YAML's default, applies
+        overrides.append(f"{section}.megatron.tensor_model_parallel_size=2")
     result = run_main_ppo(overrides, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-4000:]
     steps = [s for s in parse_console_metrics(result.stdout) if "training/global_step" in s]

@@ -598,7 +598,8 @@ def _megatron_grpo(base_cfg, **updates):
 
 def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
     """A critic-free estimator needs no Megatron critic. ppo_megatron_trainer.yaml's defaults pass at one or two
-    data-parallel replicas (the distributed optimizer included); tp=2 needs sequence_parallel=False."""
+    data-parallel replicas (the distributed optimizer included); tp=2 with and without sequence parallelism (the
+    YAML's default is sequence_parallel=True)."""
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     check_ppo_config(_megatron_grpo(base_cfg, trainer__n_gpus_per_node=1))
     check_ppo_config(_megatron_grpo(base_cfg))
@@ -614,22 +615,19 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             actor_rollout_ref__ref__megatron__sequence_parallel=False,
         )
     )
+    tp2 = {f"actor_rollout_ref__{s}__megatron__tensor_model_parallel_size": 2 for s in ("actor", "ref")}
+    check_ppo_config(_megatron_grpo(base_cfg, **tp2))  # sequence_parallel=True, the YAML's default
+    check_ppo_config(
+        _megatron_grpo(base_cfg, algorithm__adv_estimator="gae", critic__megatron__tensor_model_parallel_size=2)
+    )
 
 
 @pytest.mark.parametrize(
     "updates, message",
     [
         (
-            {"algorithm__adv_estimator": "gae", "critic__megatron__tensor_model_parallel_size": 2},
-            "critic.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
-        ),
-        (
             {"reward_model__enable": True, "reward_model__megatron__use_dist_checkpointing": True},
             "reward_model.megatron.use_dist_checkpointing=True (start from a Megatron distributed checkpoint",
-        ),
-        (
-            {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
-            "actor_rollout_ref.actor.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
         ),
         (
             {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},
@@ -646,7 +644,7 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
         ),
     ],
     ids=[
-        *("critic-sp", "rm-dist-ckpt", "sp", "cp"),
+        *("rm-dist-ckpt", "cp"),
         *("cuda", "ulysses", "layers"),
     ],
 )

@@ -60,7 +60,7 @@ def _config(models: dict, strategy: str, tp: int, pp: int, critic_path: str | No
             overrides += [
                 f"{role}.megatron.tensor_model_parallel_size={tp}",
                 f"{role}.megatron.pipeline_model_parallel_size={pp}",
-                f"{role}.megatron.sequence_parallel=False",
+                f"{role}.megatron.sequence_parallel={tp > 1}",  # the YAML default, where it applies
                 f"{role}.megatron.use_distributed_optimizer=False",
             ]
         overrides.append("critic.checkpoint.save_contents=[model,optimizer,extra,hf_model]")

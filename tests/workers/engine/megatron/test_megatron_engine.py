@@ -32,7 +32,7 @@ from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN, rollout_batc
 WORLD = 2
 
 
-def _config(model: str, strategy: str, tp: int, pp: int):
+def _config(model: str, strategy: str, tp: int, pp: int, sequence_parallel: bool = False):
     from tests.trainer.ppo_e2e_utils import compose_config
 
     overrides = [
@@ -57,11 +57,11 @@ def _config(model: str, strategy: str, tp: int, pp: int):
         overrides += [
             f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp}",
             f"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={pp}",
-            "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+            f"actor_rollout_ref.actor.megatron.sequence_parallel={sequence_parallel}",
             "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
             f"actor_rollout_ref.ref.megatron.tensor_model_parallel_size={tp}",
             f"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size={pp}",
-            "actor_rollout_ref.ref.megatron.sequence_parallel=False",
+            f"actor_rollout_ref.ref.megatron.sequence_parallel={sequence_parallel}",
             "actor_rollout_ref.ref.megatron.use_distributed_optimizer=False",
         ]
     config_name = "ppo_megatron_trainer" if strategy == "megatron" else "ppo_trainer"
@@ -117,10 +117,13 @@ def _full_params(worker) -> dict[str, torch.Tensor]:
     return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()}
 
 
-def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | None = None) -> dict:
+def _steps(
+    rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | None = None, sequence_parallel: bool = False
+) -> dict:
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
-    worker = ActorRolloutRefWorker(_config(model, strategy, tp, pp), role="actor_rollout_ref")
+    config = _config(model, strategy, tp, pp, sequence_parallel)
+    worker = ActorRolloutRefWorker(config, role="actor_rollout_ref")
     worker.init_model()
     full = rollout_batch(vocab=worker.hf_config.vocab_size, seed=3)
     shard = full.chunk(WORLD)[rank]
@@ -145,11 +148,13 @@ def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | N
     result["pg_loss"] = metrics["actor/pg_loss"]
     result["after"] = _full_params(worker)
     if strategy == "megatron":  # the HF rollout's own model, filled by the hand-off
+        result["sequence_parallel"] = worker.actor_engine.module.config.sequence_parallel
         module, handoff = worker.actor_engine.hf_rollout_module()
         with handoff:
             result["rollout"] = {k: v.detach().clone() for k, v in module.state_dict().items()}
         update = lambda: worker.update_actor(full.chunk(WORLD)[rank])  # noqa: E731
-        result.update(exact_resume(worker, update, lambda: _full_params(worker), result["after"], ckpt))
+        if ckpt is not None:
+            result.update(exact_resume(worker, update, lambda: _full_params(worker), result["after"], ckpt))
     return result
 
 
@@ -173,10 +178,12 @@ def exact_resume(worker, update, params, after: dict, ckpt: str) -> dict:
 
 def _run(rank: int, model: str, tp: int, pp: int, out: str, ckpt: str):
     torch.set_num_threads(1)
-    baseline = _steps(rank, model, "fsdp2", 1, 1)
-    megatron = _steps(rank, model, "megatron", tp, pp, ckpt)
+    results = {"fsdp": _steps(rank, model, "fsdp2", 1, 1)}
+    if tp > 1:  # tensor parallelism without sequence parallelism, then with it (the YAML's default) and the checkpoint
+        results["megatron_no_sp"] = _steps(rank, model, "megatron", tp, pp)
+    results["megatron"] = _steps(rank, model, "megatron", tp, pp, ckpt, sequence_parallel=tp > 1)
     if rank == 0:
-        torch.save({"fsdp": baseline, "megatron": megatron}, out)
+        torch.save(results, out)
 
 
 @pytest.fixture(scope="module")
@@ -186,14 +193,14 @@ def model(tmp_path_factory):
     return make_tiny_model_dir(str(tmp_path_factory.mktemp("megatron_engine") / "actor"))
 
 
-@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)], ids=["tp2", "pp2"])
-def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
-    out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
-    spawn_gloo_ranks(_run, WORLD, model, tp, pp, out, ckpt)
-    results = torch.load(out)
-    ref, got = results["fsdp"], results["megatron"]
+_KEYS = ("old_log_probs", "entropys", "ref_log_prob", "dynamic_log_probs")
+
+
+def _assert_equals_fsdp(ref: dict, got: dict, label: str) -> None:
+    """``got`` (a Megatron run) against ``ref`` (FSDP2): log-probs, entropy and loss to 1e-4, gradients and grad
+    norm to 1e-5 relative, parameters after the step to 5% of the update, the HF rollout's model exactly."""
     mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
-    keys = ("old_log_probs", "entropys", "ref_log_prob", "dynamic_log_probs")
+    keys = _KEYS
     diffs = {key: (got[key] - ref[key])[mask].abs().max().item() for key in keys}
     assert set(got["before"]) == set(ref["before"]) and all(
         torch.equal(got["before"][k], ref["before"][k]) for k in ref["before"]
@@ -207,12 +214,35 @@ def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
     diffs["params"] = max((got["after"][k] - ref["after"][k]).abs().max().item() for k in ref["after"]) / moved
     diffs["grad_norm"] = abs(got["grad_norm"][0] - ref["grad_norm"][0]) / ref["grad_norm"][0]
     diffs["pg_loss"] = abs(got["pg_loss"][0] - ref["pg_loss"][0])
-    print(f"tp={tp} pp={pp} megatron vs fsdp2:", diffs)
+    print(f"{label} megatron vs fsdp2:", diffs)
     for key in (*keys, "pg_loss"):
         assert diffs[key] < 1e-4, (key, diffs[key])
     assert diffs["grads"] < 1e-5 and diffs["grad_norm"] < 1e-5 and diffs["params"] < 0.05, diffs
     rollout = got["rollout"]
     assert all(torch.equal(rollout[k], got["after"][k]) for k in got["after"])
+
+
+@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)], ids=["tp2", "pp2"])
+def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
+    """At TP=2 both without and with sequence parallelism (the latter also against the former, to 1e-5)."""
+    out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
+    spawn_gloo_ranks(_run, WORLD, model, tp, pp, out, ckpt)
+    results = torch.load(out)
+    got = results["megatron"]
+    _assert_equals_fsdp(results["fsdp"], got, f"tp={tp} pp={pp} sp={tp > 1}")
+    if tp > 1:
+        plain = results["megatron_no_sp"]
+        assert got["sequence_parallel"] and not plain["sequence_parallel"]
+        _assert_equals_fsdp(results["fsdp"], plain, f"tp={tp} pp={pp} sp=False")
+        mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
+        sp_diffs = {key: (got[key] - plain[key])[mask].abs().max().item() for key in _KEYS}
+        largest = max(g.abs().max().item() for g in plain["grads"].values())
+        sp_diffs["grads"] = max((got["grads"][k] - g).abs().max().item() for k, g in plain["grads"].items()) / largest
+        sp_diffs["params"] = max(
+            ((got["after"][k] - p).abs().max() / p.abs().max()).item() for k, p in plain["after"].items()
+        )
+        print("sequence parallel vs not:", sp_diffs)
+        assert all(value < 1e-5 for value in sp_diffs.values()), sp_diffs
     # checkpoint: restored exactly, and the update after the resume equals the uninterrupted one
     assert got["second_moved"] > 1e-4 and got["restored_exact"] and got["resumed_exact"], got
     # the checkpoint's huggingface/ folder is an HF model of the saved weights

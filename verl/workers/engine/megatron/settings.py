@@ -44,12 +44,8 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
         )
     if settings.expert_model_parallel_size != 1 or settings.expert_tensor_parallel_size not in (None, 1):
         problems.append(f"{key}.expert_model_parallel_size / expert_tensor_parallel_size: no MoE here; use 1 / null")
-    if settings.sequence_parallel and tp > 1:
-        problems.append(
-            f"{key}.sequence_parallel=True with tensor_model_parallel_size={tp}: megatron-core's local layer spec "
-            "(torch norms, no TransformerEngine) cannot split sequences, and gloo has no reduce-scatter; set "
-            f"{key}.sequence_parallel=False"
-        )
+    # sequence_parallel: honoured at tensor_model_parallel_size > 1 (megatron-core's, with the engine's own norms and
+    # sequence padding, see verl.workers.engine.megatron.model); ignored at 1, where there is nothing to split over
     # param_offload / grad_offload / optimizer_offload: the engine keeps everything in host memory (CPU) already, so
     # they hold with nothing to move (as the FSDP engine's offload guard on CPU); see MegatronEngine.resident
     if settings.use_dist_checkpointing:
