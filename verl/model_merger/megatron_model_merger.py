@@ -1,9 +1,10 @@
-"""Merge the per-rank shards of a Megatron engine checkpoint (``global_step_N/actor``) into a Hugging Face model.
+"""Merge a Megatron engine checkpoint (``global_step_N/actor``) into a Hugging Face model.
 
-The checkpoint's ``megatron_config.json`` says which (tensor, pipeline, data) parallel coordinates each rank's
-``model_world_size_{W}_rank_{r}.pt`` holds; the shards of data-parallel replica 0 are merged stage by stage into HF
-names (:func:`verl.workers.engine.megatron.weights.merge_stage_shards`: pure torch, no megatron-core or GPU needed).
-Megatron's distributed-checkpoint layout (``use_dist_checkpointing``) is not read here.
+The checkpoint's ``dist_ckpt/`` is megatron-core's distributed-checkpoint layout, which stores every tensor in its
+global (unsharded) shape whatever the parallel sizes were: torch's distributed-checkpoint reader loads it in this
+process alone (:func:`verl.workers.engine.megatron.checkpoint.read_model_tensors`) and the converter renames it to HF
+(:func:`verl.workers.engine.megatron.weights.merge_stage_shards` at tensor parallel 1: pure torch, no megatron-core,
+process group or GPU needed).
 """
 
 from __future__ import annotations
@@ -33,30 +34,20 @@ class MegatronModelMerger(BaseModelMerger):
                 "folder such as .../global_step_N/actor"
             )
         with open(path) as f:
-            self.layout = json.load(f)
+            self.layout = json.load(f)  # the sizes it was saved at (the merge does not need them)
 
     def load_merged_state_dict(self) -> dict[str, torch.Tensor]:
-        """The full HF-named state dict (stages in order, each from its tensor-parallel ranks of replica 0)."""
+        """The full HF-named state dict, from the checkpoint's ``dist_ckpt/`` (every tensor stored unsharded)."""
+        from verl.workers.engine.megatron.checkpoint import DIST_CKPT_DIR, read_model_tensors
         from verl.workers.engine.megatron.weights import merge_stage_shards
 
-        layout = self.layout
-        world, tp = layout["world_size"], layout["tensor_model_parallel_size"]
-        pp = layout["pipeline_model_parallel_size"]
-        ranks = {(c["pp_rank"], c["tp_rank"]): r for r, c in enumerate(layout["ranks"]) if c["dp_rank"] == 0}
-        merged: dict[str, torch.Tensor] = {}
-        offset = 0
-        for stage in range(pp):
-            shards = [
-                torch.load(
-                    os.path.join(self.config.local_dir, f"model_world_size_{world}_rank_{ranks[(stage, t)]}.pt"),
-                    map_location="cpu",
-                    weights_only=False,
-                )
-                for t in range(tp)
-            ]
-            merged.update(merge_stage_shards(shards, self.model_config, offset))
-            offset += len({k.split(".")[2] for k in shards[0] if k.startswith("decoder.layers.")})
-        return merged
+        dist_dir = os.path.join(self.config.local_dir, DIST_CKPT_DIR)
+        if not os.path.isdir(dist_dir):
+            raise FileNotFoundError(
+                f"no {DIST_CKPT_DIR}/ in {self.config.local_dir!r}: not a checkpoint of the Megatron engine's "
+                "distributed layout (megatron_config.json says how it was saved)"
+            )
+        return merge_stage_shards([read_model_tensors(dist_dir)], self.model_config, layer_offset=0)
 
     def merge_and_save(self) -> None:
         """``merge``: write the HF model and tokenizer to target_dir; ``test``: compare with ``test_hf_dir``."""

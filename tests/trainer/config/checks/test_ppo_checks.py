@@ -627,7 +627,8 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
     [
         (
             {"reward_model__enable": True, "reward_model__megatron__use_dist_checkpointing": True},
-            "reward_model.megatron.use_dist_checkpointing=True (start from a Megatron distributed checkpoint",
+            "reward_model.megatron.use_dist_checkpointing=True starts the model from the megatron-core distributed "
+            "checkpoint at reward_model.megatron.dist_checkpointing_path, which is not set",
         ),
         (
             {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},

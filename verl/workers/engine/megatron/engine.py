@@ -187,7 +187,11 @@ class MegatronEngine(TrainingEngine):
             scalar_head=kind != "policy",
             seed=settings.seed,
         )
-        if _section_flag(section, "load_weight", True):
+        if settings.use_dist_checkpointing:  # start from a megatron-core distributed checkpoint, at any sizes
+            from verl.workers.engine.megatron.checkpoint import load_model_from_dist_checkpoint
+
+            load_model_from_dist_checkpoint(model, settings.dist_checkpointing_path)
+        elif _section_flag(section, "load_weight", True):
             load_hf_weights(model, files.hf_config, files.local_path)
         optimizer = lr_scheduler = sharded = None
         if trainable and settings.use_distributed_optimizer:

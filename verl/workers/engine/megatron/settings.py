@@ -48,11 +48,11 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
     # sequence padding, see verl.workers.engine.megatron.model); ignored at 1, where there is nothing to split over
     # param_offload / grad_offload / optimizer_offload: the engine keeps everything in host memory (CPU) already, so
     # they hold with nothing to move (as the FSDP engine's offload guard on CPU); see MegatronEngine.resident
-    if settings.use_dist_checkpointing:
+    if settings.use_dist_checkpointing and not settings.dist_checkpointing_path:
         problems.append(
-            f"{key}.use_dist_checkpointing=True (start from a Megatron distributed checkpoint at "
-            f"dist_checkpointing_path) is not implemented by the Megatron engine yet: it loads the model from the HF "
-            f"folder of model.path and converts it at start-up; set {key}.use_dist_checkpointing=False"
+            f"{key}.use_dist_checkpointing=True starts the model from the megatron-core distributed checkpoint at "
+            f"{key}.dist_checkpointing_path, which is not set: set it (a checkpoint's dist_ckpt/ folder, e.g. "
+            f"global_step_N/actor/dist_ckpt) or set {key}.use_dist_checkpointing=False to load model.path"
         )
     if problems:
         raise ValueError("; ".join(problems))
