@@ -55,7 +55,8 @@ def _worker(model: str, tp: int, pp: int, sequence_parallel: bool, distributed_o
         f"data.max_response_length={RESPONSE_LEN}",
     ]
     if init is not None:
-        overrides += [f"{actor}.megatron.use_dist_checkpointing=True", f"{actor}.megatron.dist_checkpointing_path={init}"]
+        overrides.append(f"{actor}.megatron.use_dist_checkpointing=True")
+        overrides.append(f"{actor}.megatron.dist_checkpointing_path={init}")
     worker = ActorRolloutRefWorker(compose_config(overrides, "ppo_megatron_trainer").actor_rollout_ref, role="actor")
     worker.init_model()
     return worker

@@ -20,9 +20,11 @@ code runs on CPU with gloo process groups. Each cover is a no-op where CUDA is a
 
 4. :func:`in_process_checkpoint_writes`: megatron-core's distributed-checkpoint writer forks one process per file
    from the trainer process to write its tensors. Forked from a process whose gloo and OpenMP threads are running,
-   those children wrote their files but did not exit here (seen in every 2-process save tried), outliving the run.
-   Within the context the same per-file writer runs in this process instead (the same bytes; no overlap with
-   compute, which the CPU engine does not use).
+   those children wrote their files but did not exit here (seen in every 2-process save tried), outliving the run;
+   and the results come back through a queue of a spawned ``multiprocessing.Manager`` server, which outlives any
+   worker that leaves without the interpreter's shutdown. Within the context the same per-file writer runs in this
+   process instead and reports through an in-process queue (the same bytes; no overlap with compute, which the CPU
+   engine does not use).
 
 Megatron's own pipeline schedules create a tensor with the literal ``device="cuda"``; the engine drives its pipeline
 stages itself instead (:mod:`verl.workers.engine.megatron.pipeline`), so no cover is needed there.
@@ -188,8 +190,13 @@ def in_process_checkpoint_writes() -> Iterator[None]:
     if torch.cuda.is_available():
         yield
         return
+    import queue
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
     from megatron.core.dist_checkpointing.strategies.filesystem_async import FileSystemWriterAsync
 
+    if filesystem_async._results_queue is None:  # read in this process only: no Manager server process needed
+        filesystem_async._results_queue = queue.Queue()
     original = FileSystemWriterAsync.__dict__["write_preloaded_data_multiproc"]
     FileSystemWriterAsync.write_preloaded_data_multiproc = staticmethod(_write_buckets_in_process)
     try:
