@@ -23,7 +23,7 @@ __all__ = ["MegatronModelMerger"]
 
 
 class MegatronModelMerger(BaseModelMerger):
-    """``--backend megatron``: the engine's per-rank checkpoint into one HF state dict."""
+    """``--backend megatron``: the engine's distributed checkpoint into one HF state dict."""
 
     def __init__(self, config: ModelMergerConfig):
         super().__init__(config)

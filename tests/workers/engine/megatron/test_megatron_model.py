@@ -211,14 +211,16 @@ def test_cpu_current_device_names_the_cpu_only_inside_the_block():
         pytest.skip("the cover is a no-op with CUDA")
     from megatron.core.utils import GlobalMemoryBuffer
 
-    original, original_cuda = torch.cuda.current_device, torch.Tensor.cuda
+    original, original_cuda, original_sync = torch.cuda.current_device, torch.Tensor.cuda, torch.cuda.synchronize
     x = torch.arange(6.0).reshape(2, 3)
     with cpu_current_device():
         buffer = GlobalMemoryBuffer().get_tensor((2, 3), torch.float32, "t")
         buffer.copy_(x)
         moved = x.cuda()
+        torch.cuda.synchronize()  # the checkpoint writer's wait after its host copies: nothing to wait for
     assert buffer.device.type == "cpu" and torch.equal(buffer, x) and moved is x
     assert torch.cuda.current_device is original and torch.Tensor.cuda is original_cuda  # restored
+    assert torch.cuda.synchronize is original_sync
 
 
 def test_rotary_embedding_under_the_cover_equals_the_formula():
