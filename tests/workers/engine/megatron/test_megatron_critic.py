@@ -151,7 +151,7 @@ def test_megatron_critic_and_rm_equal_fsdp(models, tmp_path, tp, pp):
     # checkpoint: restored exactly, and the update after the resume equals the uninterrupted one
     assert {"score.weight", "score.bias"} <= set(got["after"])
     assert got["second_moved"] > 1e-4 and got["restored_exact"] and got["resumed_exact"], got
-    # the checkpoint's huggingface/ folder, and the model merger's from the per-rank shards, are HF token-
+    # the checkpoint's huggingface/ folder, and the model merger's from dist_ckpt/, are HF token-
     # classification models of the saved critic
     from transformers import AutoModelForTokenClassification
 

@@ -15,7 +15,7 @@ hand-off, must hold the Megatron parameters exactly.
 
 A checkpoint saved after the update restores them exactly, the next update after that resume equals the
 uninterrupted one bit for bit, and its ``huggingface/`` folder loads in transformers with the same weights, as does
-the folder the model merger (``--backend megatron``) writes from the per-rank shards.
+the folder the model merger (``--backend megatron``) writes from its ``dist_ckpt/`` (megatron-core's layout).
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
 
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "global_step_1" / "actor" / "huggingface"))
     assert all(torch.equal(p, got["after"][n]) for n, p in hf.state_dict().items() if n in got["after"])
-    # the model merger rebuilds the same HF model from the per-rank shards alone (no process group)
+    # the model merger rebuilds the same HF model from dist_ckpt/ alone (no process group)
     from verl.model_merger import main as merge
 
     target = tmp_path / "merged"
