@@ -257,3 +257,42 @@ def test_megatron_worker_equals_fsdp(model, tmp_path, tp, pp):
     merge(["merge", "--backend", "megatron", "--local_dir", ckpt, "--target_dir", str(target), "--dtype", "float32"])
     merged = AutoModelForCausalLM.from_pretrained(str(target)).state_dict()
     assert set(got["after"]) <= set(merged) and all(torch.equal(merged[n], t) for n, t in got["after"].items())
+
+
+def _tp_pp_sequence_parallel(rank: int, model: str, out: str) -> None:
+    """Four ranks at TP=2 x PP=2: the actor's log-probs and one update without and with sequence parallelism (the
+    stages then exchange each rank's share of the positions)."""
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
+
+    torch.set_num_threads(1)
+    results = {}
+    for sequence_parallel in (False, True):
+        worker = ActorRolloutRefWorker(_config(model, "megatron", 2, 2, sequence_parallel), role="actor")
+        worker.init_model()
+        full = rollout_batch(vocab=worker.hf_config.vocab_size, seed=3)
+        parts = [None] * 4
+        dist.all_gather_object(parts, worker.compute_log_prob(full.chunk(4)[rank]).batch["old_log_probs"])
+        full.batch["old_log_probs"] = full.batch["ref_log_prob"] = torch.cat(parts)
+        before = _full_params(worker)
+        worker.update_actor(full.chunk(4)[rank])
+        results[sequence_parallel] = {
+            "log_probs": torch.cat(parts),
+            "before": before,
+            "after": _full_params(worker),
+            "flag": worker.actor_engine.module.config.sequence_parallel,
+        }
+    if rank == 0:
+        torch.save(results, out)
+
+
+@pytest.mark.slow
+def test_sequence_parallel_with_pipeline_stages_equals_without(model, tmp_path):
+    out = str(tmp_path / "result.pt")
+    spawn_gloo_ranks(_tp_pp_sequence_parallel, 4, model, out)
+    plain, split = (torch.load(out)[flag] for flag in (False, True))
+    assert split["flag"] and not plain["flag"]
+    mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
+    assert (split["log_probs"] - plain["log_probs"])[mask].abs().max() < 1e-5
+    moved = max((plain["after"][k] - plain["before"][k]).abs().max().item() for k in plain["after"])
+    diff = max((split["after"][k] - p).abs().max().item() for k, p in plain["after"].items())
+    assert moved > 1e-3 and diff / moved < 1e-5, (diff, moved)

@@ -65,7 +65,8 @@ class StageRunner:
         if self.is_last:
             loss.backward()
         else:
-            grad = torch.empty_like(self._output)
+            # contiguous for recv: a stage's output may be a strided view (sequence parallelism's reduce-scatter)
+            grad = torch.empty_like(self._output, memory_format=torch.contiguous_format)
             dist.recv(grad, src=self.next_rank)
             torch.autograd.backward(self._output, grad)
         if not self.is_first:
