@@ -1,12 +1,15 @@
 """The Rollouter: a driver thread that keeps the standalone rollout generating into a bounded queue.
 
 Each queue item is one mini-batch of prompts (``ppo_mini_batch_size`` of them, ``rollout.n`` responses each) with the
-weight version that generated it. Generation and weight syncs exclude each other (``gen_lock``): a sync waits for the
-mini-batch in flight to finish (no partial rollout yet), so every response of an item has one version.
+weight version that generated it. Up to ``max_in_flight`` mini-batches generate at once, each on a thread of its own
+(the rollout serves their trajectories together, so one batch's decoding fills the time another's wait on tools);
+items reach the queue in the order they finish. Without partial rollout a weight sync waits for every generation in
+flight to finish (``acquire_for_sync``) and holds new ones back, so every response of an item has one version.
 
 Admission keeps the rollout from generating what would be dropped: an item may start with rollout version ``r``
-only if the trainer will take it at a version ``<= r + staleness_threshold``, counting the items already queued.
-Every wait polls a stop event, so ``stop()`` ends the thread within a poll interval plus the generation in flight.
+only if the trainer will take it at a version ``<= r + staleness_threshold``, counting the items already queued and
+in flight. Every wait polls a stop event, so ``stop()`` ends the threads within a poll interval plus the
+generations in flight.
 """
 
 from __future__ import annotations
@@ -57,17 +60,25 @@ class Rollouter:
         staleness_threshold: int,
         require_batches: int,
         worker_name: str = "rollout",
+        max_in_flight: int = 1,
     ):
         self.source, self.generate = source, generate
         self.version, self.trainer_position = version, trainer_position
         self.staleness_threshold, self.require_batches = staleness_threshold, require_batches
         self.worker_name = worker_name
+        self.max_in_flight = max(1, int(max_in_flight))
         # bounded: what may be waiting when the trainer can still use it
         self.queue: queue.Queue = queue.Queue(maxsize=require_batches * (staleness_threshold + 1))
-        self.gen_lock = threading.Lock()
+        # guards in_flight, paused and the dataloader's position
+        self._cond = threading.Condition()
+        self.in_flight = 0  # mini-batches generating
+        self._handing = 0  # generated, being queued
+        self._paused = False
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
-        self.generated = 0
+        self.generated = 0  # mini-batches finished
+        self._started = 0  # mini-batches whose generation started (their index)
+        self._workers: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._run, name="fully-async-rollouter", daemon=True)
 
     # ------------------------------------------------------------------------------------------------- control
@@ -75,52 +86,102 @@ class Rollouter:
         self._thread.start()
 
     def stop(self, timeout_s: float = 60.0) -> None:
-        """Stop generating and join the thread (raises if it is still running after ``timeout_s``)."""
+        """Stop generating and join the threads (raises if one is still running after ``timeout_s``)."""
         self.stop_event.set()
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            raise TimeoutError(f"the Rollouter thread did not stop within {timeout_s:.0f} s (a generation hangs)")
+        deadline = time.monotonic() + timeout_s
+        for thread in [self._thread, *self._workers]:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                raise TimeoutError(f"the Rollouter thread did not stop within {timeout_s:.0f} s (a generation hangs)")
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
     def admits(self, rollout_version: int) -> bool:
         """Whether an item generated now with ``rollout_version`` will be trained within the staleness bound: the
-        trainer takes the queued items first, ``require_batches`` per update (version = updates done)."""
+        trainer takes the queued and in-flight items first, ``require_batches`` per update (version = updates
+        done)."""
         trainer_version, taken = self.trainer_position()
-        trained_at = trainer_version + (taken + self.queue.qsize()) // self.require_batches
-        return trained_at - rollout_version <= self.staleness_threshold
+        ahead = taken + self.queue.qsize() + self.in_flight + self._handing
+        return trainer_version + ahead // self.require_batches - rollout_version <= self.staleness_threshold
 
     # ---------------------------------------------------------------------------------------------------- loop
     def _run(self) -> None:
         try:
             while not self.stop_event.is_set():
-                with self.gen_lock:  # the dataloader advances only while no checkpoint reads its position
+                with self._cond:  # the dataloader advances only while no checkpoint reads its position
+                    if not self._wait(lambda: not self._paused):
+                        return
                     drawn = next(self.source, None)
                 if drawn is None:
-                    self._put(END)
+                    with self._cond:
+                        if not self._wait(lambda: self.in_flight + self._handing == 0):
+                            return
+                    if self.error is None:
+                        self._put(END)
                     return
-                item = self._generate_admitted(*drawn)
-                if item is None or not self._put(item):
+                if not self._start_admitted(*drawn):
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it
+            self._fail(exc, self._started)
+
+    def _wait(self, ready: Callable[[], bool]) -> bool:
+        """Wait (holding ``_cond``) until ``ready()``; False when stopped or failed meanwhile."""
+        while not ready():
+            if self.stop_event.is_set() or self.error is not None:
+                return False
+            self._cond.wait(POLL_S)
+        return not self.stop_event.is_set() and self.error is None
+
+    def _start_admitted(self, epoch: int, prompts: DataProto) -> bool:
+        """Start the generation of ``prompts`` once the staleness bound admits it and a slot is free."""
+        with self._cond:  # a sync cannot change the version between the check and the start
+            admitted = self._wait(
+                lambda: not self._paused and self.in_flight < self.max_in_flight and self.admits(self.version())
+            )
+            if not admitted:
+                return False
+            version, index = self.version(), self._started
+            self._started += 1
+            self.in_flight += 1
+        worker = threading.Thread(
+            target=self._generate_one, args=(prompts, index, version, epoch), name="fully-async-generation", daemon=True
+        )
+        self._workers = [t for t in self._workers if t.is_alive()] + [worker]
+        worker.start()
+        return True
+
+    def _generate_one(self, prompts: DataProto, index: int, version: int, epoch: int) -> None:
+        item = None
+        try:
+            started = time.perf_counter()
+            batch = self.generate(prompts, index)
+            item = RolloutItem(batch, version, epoch, started, time.perf_counter())
+        except BaseException as exc:  # noqa: BLE001 - handed to the trainer's thread, which raises it
+            self._fail(exc, index)
+        finally:
+            with self._cond:
+                # generated: a sync no longer waits for it, admission still counts it until it is queued
+                self.in_flight -= 1
+                self._handing += item is not None
+                self._cond.notify_all()
+        if item is not None:
+            self._put(item)  # may wait for the trainer (a full queue) while a sync runs
+            with self._cond:
+                self._handing -= 1
+                self.generated += 1
+                self._cond.notify_all()
+
+    def _fail(self, exc: BaseException, index: int) -> None:
+        with self._cond:
+            if self.error is not None:
+                return
             self.error = GenerationError(
                 f"the Rollouter stopped: generation on the rollout worker group '{self.worker_name}' failed after "
-                f"{self.generated} mini-batches: {type(exc).__name__}: {exc}"
+                f"{index} mini-batches: {type(exc).__name__}: {exc}"
             )
             self.error.__cause__ = exc
-
-    def _generate_admitted(self, epoch: int, prompts: DataProto) -> RolloutItem | None:
-        while not self.stop_event.is_set():
-            with self.gen_lock:  # a sync cannot change the version between the check and the generation
-                version = self.version()
-                if self.admits(version):
-                    started = time.perf_counter()
-                    batch = self.generate(prompts, self.generated)
-                    self.generated += 1
-                    return RolloutItem(batch, version, epoch, started, time.perf_counter())
-            self.stop_event.wait(POLL_S)
-        return None
+            self._cond.notify_all()
 
     def _put(self, item) -> bool:
         while not self.stop_event.is_set():
@@ -135,13 +196,13 @@ class Rollouter:
         """The next item (or ``END``) for the trainer; raises the Rollouter's error, or ``TimeoutError``."""
         deadline = time.monotonic() + timeout_s
         while True:
+            if self.error is not None:
+                raise self.error
             try:
                 return self.queue.get(timeout=POLL_S)
             except queue.Empty:
                 pass
-            if self.error is not None:
-                raise self.error
-            if not self._thread.is_alive():
+            if not self._thread.is_alive() and self.in_flight + self._handing == 0 and self.queue.empty():
                 raise GenerationError(f"the Rollouter thread ended without data or error ({self.worker_name})")
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -150,17 +211,24 @@ class Rollouter:
                 )
 
     def acquire_for_sync(self, timeout_s: float) -> None:
-        """Wait for the generation in flight to finish and hold the rollout (and the dataloader) idle, for a weight
-        sync, a validation or a checkpoint; release with ``release``."""
+        """Wait for the generations in flight to finish and hold the rollout (and the dataloader) idle, for a weight
+        sync or a checkpoint; release with ``release``."""
         deadline = time.monotonic() + timeout_s
-        while not self.gen_lock.acquire(timeout=POLL_S):
-            if self.error is not None:
-                raise self.error
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"the rollout worker group '{self.worker_name}' did not finish its generation within "
-                    f"{timeout_s:.0f} s for a weight sync (trainer.watchdog_timeout_s)"
-                )
+        with self._cond:
+            self._paused = True
+            while self.in_flight:
+                if self.error is not None:
+                    self._paused = False
+                    raise self.error
+                if time.monotonic() > deadline:
+                    self._paused = False
+                    raise TimeoutError(
+                        f"the rollout worker group '{self.worker_name}' did not finish its generations within "
+                        f"{timeout_s:.0f} s for a weight sync (trainer.watchdog_timeout_s)"
+                    )
+                self._cond.wait(POLL_S)
 
     def release(self) -> None:
-        self.gen_lock.release()
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()

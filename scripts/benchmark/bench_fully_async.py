@@ -13,14 +13,16 @@ Both GRPO runs start from the same SFT model with the same data, seeds, batch (`
 samples, one update per batch) and number of steps, so they train the same number of samples: the synchronous trainer
 (``main_ppo``, two colocated workers, hybrid engine) and the fully async one
 (``recipe.fully_async_policy.fully_async_main``, ``--async_trainer_procs`` trainer and ``--async_rollout_procs``
-rollout processes on the same cores, staleness 1, a weight sync every update, partial rollout). They run one after
+rollout processes on the same cores, ``--staleness`` 2 (up to 3 mini-batches generating at once), a weight sync every
+update, partial rollout). They run one after
 the other in this invocation (``--order``), never at once. ``target_met`` is null when sync's validation score
 never rose above its first value (there is nothing to reach).
 
 Prints one JSON line per figure: each run's validation curve (greedy exact-answer accuracy on the first
 ``--val_size`` of the 200 held-out problems) against wall time since the run was launched, and the target's figures:
-sync's final score, the time the async run first reached it within 0.03, and that time over sync's wall time
-(target <= 2/3). The curves also go to ``<work_dir>/curves.json``.
+sync's final score, the time the async run first reached it within 0.03, and that time over sync's time to its last
+validation (target <= 2/3); each run's mean step phases and the share of the host's cores its processes kept busy.
+The curves also go to ``<work_dir>/curves.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -62,27 +65,36 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _keep_priority(proc: subprocess.Popen, stop: threading.Event) -> None:
-    """Ray starts its workers at niceness 15: on a machine shared with other jobs at niceness 0 they get a few per
-    cent of a core, and a run's pace follows the neighbours'. Both runs' workers are put back to the driver's
-    priority, so they compete as the driver does."""
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _watch(proc: subprocess.Popen, stop: threading.Event, renice: bool, cpu: dict) -> None:
+    """Every second: the CPU seconds of the run's processes (last value seen per pid, into ``cpu``), and, with
+    ``renice``, Ray's workers put back to the driver's priority: Ray starts them at niceness 15, and on a machine
+    shared with other jobs at niceness 0 they would get a few per cent of a core."""
     while not stop.wait(1.0):
-        for pid in _descendants(proc.pid):
+        for pid in [proc.pid, *_descendants(proc.pid)]:
             try:
-                if os.getpriority(os.PRIO_PROCESS, pid) > 0:
+                cpu[pid] = _cpu_seconds(pid)
+                if renice and os.getpriority(os.PRIO_PROCESS, pid) > 0:
                     os.setpriority(os.PRIO_PROCESS, pid, 0)
-            except OSError:
+            except (OSError, IndexError, ValueError):
                 pass
 
 
-def _run(cmd: list[str], log: str, env: dict, timeout: int, renice: bool = False) -> tuple[float, float]:
-    """Run ``cmd`` with its output in ``log``; returns (launch time, wall seconds), raises on failure."""
+def _run(cmd: list[str], log: str, env: dict, timeout: int, renice: bool = False, cpu: dict | None = None):
+    """Run ``cmd`` with its output in ``log``; returns (launch time, wall seconds), raises on failure. ``cpu``
+    collects the CPU seconds of its processes (per pid)."""
     start = time.time()
     stop = threading.Event()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        if renice:
-            threading.Thread(target=_keep_priority, args=(proc, stop), daemon=True).start()
+        watched = {} if cpu is None else cpu
+        threading.Thread(target=_watch, args=(proc, stop, renice, watched), daemon=True).start()
         try:
             proc.wait(timeout=timeout)
         finally:
@@ -171,6 +183,7 @@ def grpo_overrides(work: str, model: str, args) -> list[str]:
 def run_side(side: str, work: str, common: list[str], args, env: dict) -> dict:
     """One GRPO run; its validation curve against wall time since launch, and its wall time."""
     out = os.path.join(work, f"grpo_{side}")
+    shutil.rmtree(out, ignore_errors=True)  # metrics.jsonl is appended to: a previous run's records would mix in
     if side == "sync":
         cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *common, "trainer.n_gpus_per_node=2"]
     else:
@@ -187,7 +200,9 @@ def run_side(side: str, work: str, common: list[str], args, env: dict) -> dict:
             *args.async_override,
         ]
     cmd += [f"trainer.default_local_dir={out}", f"trainer.experiment_name={side}"]
-    launched, wall = _run(cmd, os.path.join(work, f"grpo_{side}.log"), env, args.timeout, renice=args.renice_workers)
+    cpu: dict[int, float] = {}
+    log = os.path.join(work, f"grpo_{side}.log")
+    launched, wall = _run(cmd, log, env, args.timeout, renice=args.renice_workers, cpu=cpu)
     curve: dict[int, list] = {}
     with open(os.path.join(out, "metrics.jsonl")) as f:
         for line in f:
@@ -196,7 +211,30 @@ def run_side(side: str, work: str, common: list[str], args, env: dict) -> dict:
             # a validation is logged on its own and again inside its step's record: the first one's time counts
             if VAL_KEY in record.get("metrics", {}) and step not in curve:
                 curve[step] = [step, round(record["time"] - launched, 1), record["metrics"][VAL_KEY]]
-    return {"curve": [curve[step] for step in sorted(curve)], "wall_s": round(wall, 1)}
+    cores = len(os.sched_getaffinity(0))
+    return {
+        "curve": [curve[step] for step in sorted(curve)],
+        "wall_s": round(wall, 1),
+        # the share of the host's cores the run kept busy (its processes' CPU seconds over wall x cores)
+        "cpu_busy_share": round(sum(cpu.values()) / (wall * cores), 3),
+        "step_phases_s": _phase_means(os.path.join(out, "metrics.jsonl")),
+    }
+
+
+def _phase_means(path: str) -> dict:
+    """Mean seconds per training step of the phases that tell where a step's time goes."""
+    keys = ("timing_s/step", "timing_s/gen", "timing_s/update_actor", "timing_s/wait_rollout", "timing_s/testing")
+    keys += ("multi_turn/assistant_turns_mean", "multi_turn/tool_seconds", "fully_async/staleness_max")
+    sums: dict[str, list] = {}
+    with open(path) as f:
+        for line in f:
+            metrics = json.loads(line).get("metrics", {}) if line.strip() else {}
+            if "timing_s/step" not in metrics:
+                continue
+            for key in keys:
+                if key in metrics:
+                    sums.setdefault(key, []).append(metrics[key])
+    return {key: round(sum(v) / len(v), 3) for key, v in sums.items()}
 
 
 def compare(sync: dict, fa: dict) -> dict:
@@ -236,7 +274,7 @@ def main(argv=None) -> None:
     parser.add_argument("--batch_size", type=int, default=8, help="prompts per update (one mini-batch)")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--val_size", type=int, default=64, help="held-out problems validated (0: all 200)")
-    parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--staleness", type=int, default=2, help="up to staleness + 1 mini-batches generate at once")
     parser.add_argument("--async_trainer_procs", type=int, default=1, help="the async run's trainer processes")
     parser.add_argument("--async_rollout_procs", type=int, default=1, help="the async run's rollout processes")
     parser.add_argument("--partial_rollout", default="True")
@@ -255,6 +293,9 @@ def main(argv=None) -> None:
     common = grpo_overrides(work, model, args)
     runs = {side: run_side(side, work, common, args, env) for side in args.order.split(",")}
     results = {f"{side}_val_curve_step_s_score": run["curve"] for side, run in runs.items()}
+    for side, run in runs.items():
+        results[f"{side}_cpu_busy_share"] = run["cpu_busy_share"]
+        results[f"{side}_step_phases_s"] = run["step_phases_s"]
     results.update(compare(runs["sync"], runs["async"]))
     with open(os.path.join(work, "curves.json"), "w") as f:
         json.dump({"args": vars(args), **results}, f, indent=1)

@@ -464,7 +464,8 @@ def test_a_failing_agent_loop_fails_the_call_and_leaves_no_trajectory_running(to
     rollout, engine = _rollout(tokenizer, [CALL, "The answer is 360."])
     with pytest.raises(RuntimeError, match="environment crashed"):
         rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent", "raising_agent"]))
-    assert not [task for task in asyncio.all_tasks(rollout._loop) if not task.done()]
+    # only the shared batcher's serving task is left (it serves every call): no trajectory
+    assert [task for task in asyncio.all_tasks(rollout._loop) if not task.done()] == [rollout._serving]
     out = rollout.generate_sequences(_agent_rows(tokenizer, ["tool_agent"]))  # the rollout still works
     assert len(out) == 2
 
@@ -551,3 +552,51 @@ def test_agent_loops_read_the_lent_row_columns_which_the_output_leaves_out(token
     assert "extra_info" not in out.non_tensor_batch and "data_source" not in out.non_tensor_batch
     batch.repeat(2, interleave=True).union(out)  # the trainer's merge: no clash over the lent columns
     assert "raw_prompt" in out.non_tensor_batch
+
+
+class SharedEngine(ScriptedEngine):
+    """A tool call then the answer, recording each engine call's rows and how they sample (greedy or not); with
+    ``hold_s`` its next call takes that long (the other threads' calls arrive meanwhile)."""
+
+    hold_s = 0.0
+
+    def generate_turns(self, prompts, max_tokens, request, stop_token_ids):
+        self.served = getattr(self, "served", []) + [(len(prompts), request.do_sample)]
+        time.sleep(self.hold_s)
+        self.hold_s = 0.0
+        return super().generate_turns(prompts, max_tokens, request, stop_token_ids)
+
+
+def test_concurrent_calls_share_engine_calls_by_sampling_and_return_what_lone_calls_do(tokenizer):
+    """Two calls from two threads (the fully async Rollouter's mini-batches in flight) and a greedy one (a validation
+    beside them): their turns meet in the engine, one call per way of sampling, and each call gets its own rows."""
+    import threading
+
+    tool = MulTool()
+    engine = SharedEngine(tokenizer, [CALL, "The answer is 360."], ChatTemplate(tokenizer).end_of_turn_id)
+    rollout = MultiTurnRollout(engine, _config(), tokenizer, tools=[tool])
+    alone = rollout.generate_sequences(_prompts(tokenizer, rows=2))
+    # the first call's first turns hold the engine while the other calls start: their first turns then meet the
+    # first call's second turns
+    engine.served, engine.hold_s = [], 0.5
+    calls = [_prompts(tokenizer, rows=2), _prompts(tokenizer, rows=3), _prompts(tokenizer, rows=1)]
+    calls[2].meta_info["do_sample"] = False  # greedy: one sample per prompt, never batched with sampled turns
+    outputs = [None] * 3
+    threads = [
+        threading.Thread(target=lambda i=i: outputs.__setitem__(i, rollout.generate_sequences(calls[i])))
+        for i in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert [len(out) for out in outputs] == [4, 6, 1]
+    assert torch.equal(outputs[0].batch["responses"], alone.batch["responses"])
+    sampled = [rows for rows, do_sample in engine.served if do_sample]
+    greedy = [rows for rows, do_sample in engine.served if not do_sample]
+    # 10 sampled trajectories x 2 turns, 1 greedy x 2 turns; the sampled calls' turns went in shared engine calls
+    assert sum(sampled) == 20 and sum(greedy) == 2
+    # at least once the sampled turns of both calls (4 + 6 trajectories) went in one engine call
+    assert max(sampled) == 10, engine.served
+    for out in outputs:  # each call counts the engine calls that served its own trajectories
+        assert pop_agent_loop_metrics(out)["multi_turn/engine_calls"] >= 2

@@ -103,7 +103,8 @@ def _fit(config, trainer_cls):
 
 
 def _rollouter_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "fully-async-rollouter" and t.is_alive()]
+    """The fully async trainer's threads still alive (Rollouter, generations, validation)."""
+    return [t for t in threading.enumerate() if t.name.startswith("fully-async-") and t.is_alive()]
 
 
 def test_staleness_0_is_on_policy_and_first_update_equals_synchronous(workspace):
@@ -230,6 +231,51 @@ def test_partial_rollout_generation_interrupted_by_a_sync_finishes_under_the_new
     assert second["rollout_corr/mixed_version_seq_fraction"] > 0
     assert second["rollout_corr/token_staleness_max"] == 1 and second["training/weight_version_staleness/max"] == 1
     assert fa.trained[1][0] == 1 and set(fa.trained[1][1].tolist()) == {0}  # a sample is as old as its oldest token
+    assert not _rollouter_threads()
+
+
+class SlowValidationAsync(RecordingAsync):
+    """Records the Rollouter's generation windows and the validation's (whose generation first waits 0.5 s, so a
+    generation the Rollouter starts after the sync falls inside it unless the validation holds the Rollouter)."""
+
+    def init_workers(self):
+        super().init_workers()
+        self.generation_windows, self.validation_windows = [], []
+        original = self.rollout_wg.generate_sequences
+
+        def generate_sequences(batch, *args, **kwargs):
+            if not batch.meta_info.get("validate"):
+                return original(batch, *args, **kwargs)
+            start = time.perf_counter()
+            time.sleep(0.5)
+            try:
+                return original(batch, *args, **kwargs)
+            finally:
+                self.validation_windows.append((start, time.perf_counter(), self.rollouter._paused))
+
+        self.rollout_wg.generate_sequences = generate_sequences
+
+    def _generate_mini_batch(self, prompts, index):
+        start = time.perf_counter()
+        try:
+            return super()._generate_mini_batch(prompts, index)
+        finally:
+            self.generation_windows.append((start, time.perf_counter()))
+
+
+def test_validation_runs_beside_the_rollouts(workspace):
+    """Validation does not hold the Rollouter (verl validates in the rollouter): the mini-batch admitted after the
+    first sync generates while the validation runs."""
+    extra = ["async_training.staleness_threshold=1", "trainer.test_freq=1"]
+    config = compose_recipe(_overrides(workspace, steps=2, extra=extra))
+    fa = _fit(config, SlowValidationAsync)
+    assert fa.validation_windows, "no validation ran"
+    v_start, v_end, paused = fa.validation_windows[0]
+    assert not paused
+    assert any(g_start < v_end and v_start < g_end for g_start, g_end in fa.generation_windows), (
+        fa.validation_windows,
+        fa.generation_windows,
+    )
     assert not _rollouter_threads()
 
 

@@ -52,6 +52,20 @@ def test_worker_environment(group):
     assert group.world_size == 2 and len(group.worker_names) == 2
 
 
+def test_env_vars_set_on_the_class_reach_every_worker(ray_cluster):
+    """A trainer's actor options (``_worker_actor_options``: the host's worker count for the CPU share) are merged
+    with the group's own variables, not replaced by them."""
+    cls = RayClassWithInitArgs(ray.remote(AddWorker), initial_value=0)
+    cls.update_options({"runtime_env": {"env_vars": {"VERL_HOST_WORKERS": "3"}}})
+    pool = RayResourcePool([1], use_gpu=False)
+    wg = RayWorkerGroup(pool, cls, device_name="cpu")
+    try:
+        (env,) = wg.env()
+        assert env["VERL_HOST_WORKERS"] == "3" and env["RANK"] == "0" and env["WG_BACKEND"] == "ray"
+    finally:
+        release((wg, pool))
+
+
 def test_dp_compute_proto_splits_in_rank_order(group):
     out = group.dp_compute(DataProto.from_dict({"x": torch.zeros(4)}))
     assert out.batch["x"].tolist() == [10, 10, 11, 11]

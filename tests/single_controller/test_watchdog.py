@@ -60,7 +60,23 @@ def test_memory_report_reads_the_heartbeat_and_stale_files_go(tmp_path, monkeypa
     for name in (fresh, stale):
         open(name, "w").close()
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
-    assert watchdog.remove_stale_memory_files(os.path.dirname(path)) == [stale] and os.path.exists(fresh)
+    # stack files: a running process's stays, a gone one's goes
+    live_stack, gone_stack = watchdog.stack_file_path(os.getpid()), watchdog.stack_file_path(_ended_pid())
+    for name in (live_stack, gone_stack):
+        open(name, "w").close()
+    removed = watchdog.remove_stale_files(os.path.dirname(path))
+    assert sorted(removed) == sorted([stale, gone_stack])
+    assert os.path.exists(fresh) and os.path.exists(live_stack)
+
+
+def _ended_pid() -> int:
+    """The pid of a child process that has ended and been reaped."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
 
 
 def test_where_stuck_picks_the_phase_thread():

@@ -30,7 +30,7 @@ class AddWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def env(self) -> dict:
         keys = ["WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"]
-        keys += ["RAY_LOCAL_WORLD_SIZE", "RAY_LOCAL_RANK", "WG_BACKEND"]
+        keys += ["RAY_LOCAL_WORLD_SIZE", "RAY_LOCAL_RANK", "WG_BACKEND", "VERL_HOST_WORKERS"]
         return {k: os.environ.get(k) for k in keys}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -168,11 +168,16 @@ def test_cpu_workers_share_the_hosts_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert [distributed.cpu_share(n) for n in (1, 2, 3, 32)] == [16, 8, 5, 1]
     before = torch.get_num_threads()
+    monkeypatch.delenv("VERL_HOST_WORKERS", raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     try:
         distributed.use_cpu_share()
         assert torch.get_num_threads() == 2 and os.environ["OMP_NUM_THREADS"] == "2"
+        # a group of one process beside another pool's (a standalone rollout): the share of all the host's workers
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+        monkeypatch.setenv("VERL_HOST_WORKERS", "4")
+        assert distributed.use_cpu_share() == 4 == torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 
 import numpy as np
 import torch
@@ -82,14 +83,40 @@ class AgentLoopRollout(BaseRollout):
         get_agent_loop_class(self.default_agent)
         # In async mode an engine that serves single requests (vLLM) does so; otherwise turns are batched.
         self.continuous = self.config.mode == "async" and hasattr(engine, "turn_server")
-        self._loop = asyncio.new_event_loop()
+        # One event loop on a thread of its own plays every call's trajectories, so calls from several threads (the
+        # fully async trainer keeps more than one batch in flight, and validates meanwhile) share the engine: turns
+        # that sample alike go to it together. Started on the first call.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
+        self._batcher: TurnBatcher | None = None
+        self._serving = None
+
+    @property
+    def concurrent_generation(self) -> bool:
+        """Whether ``generate_sequences`` may be called from several threads at once (batched turns: the engine
+        is only called from the loop's thread)."""
+        return not self.continuous
 
     # ------------------------------------------------------------------------------------------------ public
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Play every prompt's ``n`` trajectories to the end (non-tensor ``raw_prompt`` required)."""
         # The HF engine unshards an FSDP module here, once for every turn of the batch.
         with getattr(self.engine, "generation_context", contextlib.nullcontext)():
-            return self._loop.run_until_complete(self._generate(prompts))
+            return asyncio.run_coroutine_threadsafe(self._generate(prompts), self._event_loop()).result()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="agent-loop-rollout", daemon=True).start()
+            return self._loop
+
+    def _shared_batcher(self) -> TurnBatcher:
+        """The batcher every call's trajectories share, served by one task (on the loop's thread)."""
+        if self._batcher is None:
+            self._batcher = TurnBatcher(self.engine)
+            self._serving = asyncio.ensure_future(self._batcher.serve())
+        return self._batcher
 
     # ------------------------------------------------------------------------------------------------ the loops
     async def _generate(self, prompts: DataProto) -> DataProto:
@@ -108,11 +135,11 @@ class AgentLoopRollout(BaseRollout):
         size = len(loop_classes) * request.n
         if self.continuous:
             server = self.engine.turn_server(request, stop_ids)
+            serving = asyncio.ensure_future(server.serve())
         else:
-            server = TurnBatcher(self.engine, request, stop_ids, live=size)
+            server, serving = self._shared_batcher().stream(request, stop_ids, live=size), None
         context = AgentLoopContext(server, self.chat, self.config, request, stop_ids, self.tools, self.interaction)
         fields = {k: v for k, v in prompts.non_tensor_batch.items() if k != TRAJECTORY_ID}
-        serving = asyncio.ensure_future(server.serve())
         # the reward loop's sink: each trajectory is handed over as it finishes (see TRAJECTORY_SINK)
         sink = prompts.meta_info.get(TRAJECTORY_SINK)
         emit = (lambda row, sample, out: self._emit(sink, prompts, row, sample, out)) if sink is not None else None
@@ -131,8 +158,9 @@ class AgentLoopRollout(BaseRollout):
             await asyncio.gather(*plays, return_exceptions=True)
             raise
         finally:
-            serving.cancel()
-            await asyncio.gather(serving, return_exceptions=True)
+            if serving is not None:
+                serving.cancel()
+                await asyncio.gather(serving, return_exceptions=True)
         return self._to_batch(prompts, outputs, request.n, int(meta["pad_token_id"]), server.engine_calls)
 
     def _loop_classes(self, prompts: DataProto) -> list:

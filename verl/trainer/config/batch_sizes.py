@@ -63,16 +63,21 @@ def data_parallel_size(world_size: int, sp_size: int, sp_key: str = "ulysses_seq
 
 def _parallel_dp(section, prefix: str, world_size: int) -> int:
     """Data-parallel size of a role: the world over its Ulysses group, or with `strategy=megatron` over the ranks
-    holding one copy of the model (`megatron.tensor_model_parallel_size * pipeline_... * context_...`)."""
+    that run the same rows (`megatron.tensor_model_parallel_size * pipeline_... * context_...`, and
+    `expert_model_parallel_size`: the Megatron engine's expert-parallel peers share their rows)."""
     if _get(section, "strategy") != "megatron":
         key = f"{prefix}.ulysses_sequence_parallel_size"
         return data_parallel_size(world_size, _get(section, "ulysses_sequence_parallel_size", 1), key)
     megatron = _get(section, "megatron")
-    sizes = [_get(megatron, f"{k}_parallel_size", 1) for k in ("tensor_model", "pipeline_model", "context")]
-    key = f"{prefix}.megatron.tensor_model_parallel_size * pipeline_model_parallel_size * context_parallel_size"
+    kinds = ("tensor_model", "pipeline_model", "context", "expert_model")
+    sizes = [_get(megatron, f"{k}_parallel_size", 1) or 1 for k in kinds]
+    key = (
+        f"{prefix}.megatron.tensor_model_parallel_size * pipeline_model_parallel_size * context_parallel_size * "
+        "expert_model_parallel_size"
+    )
     if not all(isinstance(v, int) and v >= 1 for v in sizes):
         raise ConfigError(f"{key} = {sizes}: each must be a positive integer")
-    return data_parallel_size(world_size, sizes[0] * sizes[1] * sizes[2], key)
+    return data_parallel_size(world_size, sizes[0] * sizes[1] * sizes[2] * sizes[3], key)
 
 
 def _per_rank_micro(global_key: str, global_value, per_gpu_value, dp: int):

@@ -53,8 +53,10 @@ class MegatronConfig(BaseConfig):
 
     @property
     def model_parallel_size(self) -> int:
-        """Ranks that hold one copy of the model: tensor x pipeline x context parallel."""
-        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+        """Ranks that run the same rows: tensor x pipeline x context parallel, and the Megatron engine's expert-
+        parallel peers (each holds other experts of the same layers)."""
+        sizes = self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+        return sizes * self.expert_model_parallel_size
 
 
 @dataclass

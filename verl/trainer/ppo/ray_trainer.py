@@ -292,8 +292,23 @@ class RayPPOTrainer:
         self.async_rollout_mode = self.ppo_config.actor_rollout_ref.rollout.mode == "async"
 
     def _worker_actor_options(self, roles: set[str]) -> dict:
-        """Extra Ray actor options for the workers of a pool holding ``roles`` (a recipe may need more)."""
-        return {}
+        """Extra Ray actor options for the workers of a pool holding ``roles`` (a recipe may need more).
+
+        A CPU run with the rollout on a pool of its own: the actor's and the rollout's processes share the host's
+        cores, so each takes its share of all of them (``VERL_HOST_WORKERS``), not of its own group's only: two
+        groups of one process each on 2 cores would otherwise run 2 threads each, 4 on 2 cores."""
+        host_workers = self.host_worker_processes()
+        return {"runtime_env": {"env_vars": {"VERL_HOST_WORKERS": str(host_workers)}}} if host_workers else {}
+
+    def host_worker_processes(self) -> int | None:
+        """The worker processes that share one host's cores on a single-node CPU run with a standalone rollout
+        (the actor's pool and the rollout's); None otherwise (each group's share of the host is its own)."""
+        from verl.utils.device import is_accelerator_available
+
+        cfg = self.ppo_config
+        if self.hybrid_engine or is_accelerator_available() or cfg.trainer.nnodes != 1 or cfg.rollout.nnodes != 1:
+            return None
+        return cfg.trainer.n_gpus_per_node + cfg.rollout.n_gpus_per_node
 
     def _make_watchdog(self):
         """Deadlines of the worker-group calls (``trainer.watchdog_*``), stacks written under the run directory; a

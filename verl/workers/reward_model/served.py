@@ -178,6 +178,9 @@ class VLLMChatReplica:
                     hf_config, dtype, max_model_len, max_num_seqs, gpu_memory_utilization
                 )
             }
+        from verl.workers.rollout.vllm_rollout.distributed_state import vllm_will_own_default_group
+
+        self._owns_default_group = vllm_will_own_default_group()
         self.engine = LLM(
             model=model_path,
             dtype=dtype,
@@ -191,7 +194,8 @@ class VLLMChatReplica:
         )
         self._queue: queue.Queue = queue.Queue()
         self._batches = 0  # generate calls, for tests and logs
-        threading.Thread(target=self._serve, name="vllm-judge", daemon=True).start()
+        self._server = threading.Thread(target=self._serve, name="vllm-judge", daemon=True)
+        self._server.start()
 
     def chat(self, request: dict) -> dict:
         """As `HFChatReplica.chat`; waits for the engine's next batch."""
@@ -224,6 +228,11 @@ class VLLMChatReplica:
                     waiting.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            if any(item is None for item in waiting):  # stop(): fail what came with it and end
+                for item in waiting:
+                    if item is not None:
+                        item[2].set_exception(RuntimeError("the vLLM judge replica was stopped"))
+                return
             try:
                 outputs = self.engine.generate(
                     [{"prompt_token_ids": ids} for ids, _, _ in waiting], [p for _, p, _ in waiting], use_tqdm=False
@@ -239,6 +248,21 @@ class VLLMChatReplica:
     def batches(self) -> int:
         """``generate`` calls so far."""
         return self._batches
+
+    def stop(self) -> None:
+        """End the serving thread, drop the engine and release vLLM's process-wide groups, so a later engine in
+        this process starts clean (see ``verl.workers.rollout.vllm_rollout.distributed_state``)."""
+        if self.engine is None:
+            return
+        import gc
+
+        from verl.workers.rollout.vllm_rollout.distributed_state import release_vllm_distributed_state
+
+        self._queue.put(None)
+        self._server.join(timeout=60)
+        self.engine = None
+        gc.collect()
+        release_vllm_distributed_state(self._owns_default_group)
 
 
 class HFScoreReplica:
@@ -485,6 +509,7 @@ class ServedRewardModel:
         }
         self.router: RewardRouter | None = None
         self.actors: list = []
+        self.local_replicas: list = []  # the replicas in this process (no Ray running)
         self._tokenizer = None
         self._lock = threading.Lock()
 
@@ -541,7 +566,9 @@ class ServedRewardModel:
 
     def _start_replicas(self, cls, kwargs: dict, method: str, concurrency: int, ray_running: bool) -> list:
         if not ray_running:
-            return [getattr(cls(**kwargs), method) for _ in range(self.replicas)]
+            replicas = [cls(**kwargs) for _ in range(self.replicas)]
+            self.local_replicas += replicas
+            return [getattr(replica, method) for replica in replicas]
         import ray
 
         actor_cls = ray.remote(cls).options(num_cpus=self.num_cpus, max_concurrency=concurrency)
@@ -556,11 +583,15 @@ class ServedRewardModel:
         return [backend(actor) for actor in actors]
 
     def stop(self) -> None:
-        """Stop the router and end the replicas' actors."""
+        """Stop the router, the replicas in this process and the replicas' actors."""
         with self._lock:
             if self.router is not None:
                 self.router.close()
                 self.router = None
+            for replica in self.local_replicas:
+                if hasattr(replica, "stop"):
+                    replica.stop()
+            self.local_replicas = []
             if self.actors:
                 import ray
 

@@ -13,6 +13,7 @@ Batch sizes are per dp rank (``workers / sp``).
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 
@@ -74,6 +75,9 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         self.checkpoint_engine = None
         self.weight_version = -1  # the version of the weights this worker generates with; -1: the checkpoint's own
         self._weight_gate = None  # partial rollout (enable_partial_rollout): weight loads pause the generations
+        # generate_sequences calls on several threads (a standalone rollout's Ray actor with max_concurrency > 1) run
+        # one at a time unless the rollout serves concurrent calls itself (the agent-loop rollout's shared batcher)
+        self._generate_lock = threading.Lock()
 
     @property
     def actor_module(self) -> torch.nn.Module:
@@ -201,12 +205,16 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         prompts.meta_info["pad_token_id"] = self.tokenizer.pad_token_id
         start = time.perf_counter()
         manager = self.rollout_sharding_manager or nullcontext()
-        with self._resident(), manager:
+        concurrent = getattr(self.rollout, "concurrent_generation", False) and self.rollout_sharding_manager is None
+        with nullcontext() if concurrent else self._generate_lock, self._resident(), manager:
             reshard = getattr(manager, "timing", {}).get("reshard", time.perf_counter() - start)
             if self.rollout_sharding_manager is not None:
                 prompts = self.rollout_sharding_manager.preprocess_data(prompts)
             chunk = prompts.meta_info.get("generation_chunk", 0)  # the reward loop generates a batch in chunks
-            with self._sampling_seed(prompts.meta_info.get("global_steps", 0), chunk):
+            # calls that overlap others (meta_info["concurrent_generation"]) draw from the process's RNG stream: a
+            # per-call seed would reset the global RNG under the other calls' feet
+            seeded = not (concurrent and prompts.meta_info.get("concurrent_generation"))
+            with self._sampling_seed(prompts.meta_info.get("global_steps", 0), chunk) if seeded else nullcontext():
                 output = self.rollout.generate_sequences(prompts=prompts)
             if self.rollout_sharding_manager is not None:
                 output = self.rollout_sharding_manager.postprocess_data(output)
@@ -288,6 +296,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             )
             metrics["actor/lr"] = self.actor_engine.lr()
             metrics["perf/peak_rss_gb/worker"] = peak_rss_gb()
+            metrics["perf/cpu_threads/actor"] = torch.get_num_threads()
             self.actor_engine.lr_scheduler_step()
         return DataProto(meta_info={"metrics": metrics})
 

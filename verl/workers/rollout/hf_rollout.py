@@ -98,6 +98,7 @@ class HFRollout(BaseRollout):
         # verl/workers/rollout/weight_gate.py; None: every generation runs to its end under one set of weights
         self.gate = None
         self._context: contextlib.ExitStack | None = None
+        self._context_users = 0
         # a weight load on another thread (partial rollout) closes and reopens the context: one at a time
         self._context_lock = threading.RLock()
 
@@ -124,15 +125,15 @@ class HFRollout(BaseRollout):
         steps attend with :func:`~verl.workers.engine.fsdp.cpu_attention.cpu_attention_forward` (sdpa's CPU kernel
         is slow for one query row)."""
         with self._context_lock:
-            if self._context is not None:  # nested: the outer call's context serves
-                outer = True
-            else:
-                outer, self._context = False, self._enter_generation_context()
+            if self._context is None:  # nested or concurrent calls share the first one's context; the last closes it
+                self._context = self._enter_generation_context()
+            self._context_users += 1
         try:
             yield
         finally:
-            if not outer:
-                with self._context_lock:
+            with self._context_lock:
+                self._context_users -= 1
+                if self._context_users == 0:
                     self._context.close()
                     self._context = None
 

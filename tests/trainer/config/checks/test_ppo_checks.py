@@ -632,7 +632,8 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
         ),
         (
             {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},
-            "actor_rollout_ref.actor.megatron.context_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.context_parallel_size=2: megatron-core runs context parallelism only in "
+            "TransformerEngine's attention",
         ),
         ({"trainer__device": "cuda"}, "trainer.device='cuda' with actor_rollout_ref.actor.strategy=megatron"),
         ({"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2}, "Ulysses is the FSDP engine's"),
@@ -643,10 +644,27 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             },
             "pipeline_model_parallel_size=2 must divide the model's 1 layers",  # the tiny test model has one
         ),
+        (
+            {"actor_rollout_ref__actor__megatron__virtual_pipeline_model_parallel_size": 2},
+            "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=2: model chunks per pipeline stage "
+            "need pipeline_model_parallel_size > 1",
+        ),
+        (
+            {"actor_rollout_ref__actor__megatron__expert_model_parallel_size": 2},
+            "actor_rollout_ref.actor.megatron.use_distributed_optimizer=True with expert_model_parallel_size=2",
+        ),
+        (
+            {
+                "actor_rollout_ref__actor__megatron__expert_model_parallel_size": 2,
+                "actor_rollout_ref__actor__megatron__use_distributed_optimizer": False,
+            },
+            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2 must divide the model's routed experts "
+            "(0; a dense model has none",
+        ),
     ],
     ids=[
         *("rm-dist-ckpt", "cp"),
-        *("cuda", "ulysses", "layers"),
+        *("cuda", "ulysses", "layers", "vpp-without-pp", "ep-dist-opt", "ep-dense"),
     ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
@@ -654,6 +672,45 @@ def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, mess
     with pytest.raises(ConfigError) as info:
         check_ppo_config(_megatron_grpo(base_cfg, **updates))
     assert message in str(info.value), str(info.value)
+
+
+def test_megatron_virtual_pipeline_needs_equal_model_chunks():
+    """Each of pp x vpp model chunks holds the same number of layers: 4 layers split at pp=2 vpp=2, not 6."""
+    from transformers import Qwen2Config
+
+    from verl.trainer.config.checks.megatron import check_megatron_model
+
+    sizes = {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2}
+    config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})
+    hf = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
+    check_megatron_model(config, Qwen2Config(num_hidden_layers=4, **hf), "actor_rollout_ref.model.path")
+    with pytest.raises(ConfigError, match=r"virtual_pipeline_model_parallel_size=2 x pipeline_model_parallel_size=2"):
+        check_megatron_model(config, Qwen2Config(num_hidden_layers=6, **hf), "actor_rollout_ref.model.path")
+
+
+def test_megatron_moe_at_tensor_parallel_2_is_refused(tmp_path):
+    """Qwen3-MoE builds at tensor parallel 1 (any pipeline size); megatron-core's MoE layer will not train at
+    tensor parallel 2 without sequence parallelism, so that is refused with the key."""
+    from transformers import AutoConfig
+
+    from verl.demo.tiny_model import make_tiny_model_dir
+    from verl.trainer.config.checks.megatron import check_megatron_model
+
+    hf = AutoConfig.from_pretrained(make_tiny_model_dir(str(tmp_path / "moe"), family="qwen3-moe", num_layers=2))
+    cases = [  # (megatron sizes, the refusal or None); expert parallelism splits the 4 experts evenly or not at all
+        ({"tensor_model_parallel_size": 1}, None),
+        ({"pipeline_model_parallel_size": 2}, None),
+        ({"expert_model_parallel_size": 2}, None),
+        ({"tensor_model_parallel_size": 2}, r"tensor_model_parallel_size=2 with a mixture-of-experts model"),
+        ({"expert_model_parallel_size": 3}, r"expert_model_parallel_size=3 must divide the model's routed experts"),
+    ]
+    for sizes, refusal in cases:
+        config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})
+        if refusal is None:
+            check_megatron_model(config, hf, "actor_rollout_ref.model.path")
+            continue
+        with pytest.raises(ConfigError, match=refusal):
+            check_megatron_model(config, hf, "actor_rollout_ref.model.path")
 
 
 def test_megatron_roles_at_their_own_sizes_and_beside_fsdp_are_accepted(base_cfg):

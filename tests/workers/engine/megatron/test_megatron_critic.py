@@ -38,7 +38,7 @@ CRITIC_BATCHES_AND_OPTIM = [
 ]
 
 
-def _config(models: dict, strategy: str, tp: int, pp: int, critic_path: str | None = None):
+def _config(models: dict, strategy: str, tp: int, pp: int, critic_path: str | None = None, vpp: int | None = None):
     from tests.trainer.ppo_e2e_utils import compose_config
 
     overrides = [
@@ -60,6 +60,7 @@ def _config(models: dict, strategy: str, tp: int, pp: int, critic_path: str | No
             overrides += [
                 f"{role}.megatron.tensor_model_parallel_size={tp}",
                 f"{role}.megatron.pipeline_model_parallel_size={pp}",
+                f"{role}.megatron.virtual_pipeline_model_parallel_size={vpp or 'null'}",
                 f"{role}.megatron.sequence_parallel={tp > 1}",  # the YAML default, where it applies
                 f"{role}.megatron.use_distributed_optimizer=False",
             ]
@@ -85,11 +86,11 @@ def _megatron_params(worker) -> dict[str, torch.Tensor]:
     return {name: t.clone() for name, t in worker.engine.hf_weights()}
 
 
-def _steps(rank: int, models: dict, strategy: str, tp: int, pp: int, ckpt: str | None) -> dict:
+def _steps(rank: int, models: dict, strategy: str, tp: int, pp: int, ckpt: str | None, vpp=None) -> dict:
     from verl.workers.roles.critic import CriticWorker
     from verl.workers.roles.reward_model import RewardModelWorker
 
-    config = _config(models, strategy, tp, pp)
+    config = _config(models, strategy, tp, pp, vpp=vpp)
     critic = CriticWorker(config.critic)
     critic.init_model()
     full = _critic_batch()
@@ -117,18 +118,34 @@ def _steps(rank: int, models: dict, strategy: str, tp: int, pp: int, ckpt: str |
     return result
 
 
-def _run(rank: int, models: dict, tp: int, pp: int, out: str, ckpt: str):
+def _run(rank: int, models: dict, tp: int, pp: int, vpp: int | None, out: str, ckpt: str):
     torch.set_num_threads(1)
     baseline = _steps(rank, models, "fsdp2", 1, 1, None)
-    megatron = _steps(rank, models, "megatron", tp, pp, ckpt)
+    megatron = _steps(rank, models, "megatron", tp, pp, ckpt, vpp)
     if rank == 0:
         torch.save({"fsdp": baseline, "megatron": megatron}, out)
 
 
-@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)], ids=["tp2", "pp2"])
-def test_megatron_critic_and_rm_equal_fsdp(models, tmp_path, tp, pp):
+@pytest.fixture(scope="module")
+def models4(tmp_path_factory) -> dict[str, str]:
+    """Four-layer critic and reward model (two model chunks of one layer on each of two pipeline stages)."""
+    from verl.demo.tiny_model import make_tiny_model_dir
+
+    root = tmp_path_factory.mktemp("megatron_roles4")
+    return {
+        "actor": make_tiny_model_dir(str(root / "actor"), num_layers=4),
+        "critic": make_tiny_model_dir(str(root / "critic"), head="token_classification", seed=1, num_layers=4),
+        "rm": make_tiny_model_dir(str(root / "rm"), head="sequence_classification", seed=2, num_layers=4),
+    }
+
+
+@pytest.mark.parametrize("tp, pp, vpp", [(2, 1, None), (1, 2, None), (1, 2, 2)], ids=["tp2", "pp2", "pp2-vpp2"])
+def test_megatron_critic_and_rm_equal_fsdp(models, models4, tmp_path, tp, pp, vpp):
+    """(pp2-vpp2: the scalar heads on the last stage's last model chunk.)"""
+    if vpp is not None:
+        models = models4
     out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "critic")
-    spawn_gloo_ranks(_run, WORLD, models, tp, pp, out, ckpt)
+    spawn_gloo_ranks(_run, WORLD, models, tp, pp, vpp, out, ckpt)
     results = torch.load(out)
     ref, got = results["fsdp"], results["megatron"]
     mask = _critic_batch().batch["response_mask"].bool()
@@ -141,7 +158,7 @@ def test_megatron_critic_and_rm_equal_fsdp(models, tmp_path, tp, pp):
         "vf_loss": abs(got["vf_loss"] - ref["vf_loss"]),
         "rm_scores": (got["rm_scores"] - ref["rm_scores"]).abs().max().item(),
     }
-    print(f"tp={tp} pp={pp} megatron vs fsdp2:", diffs, "largest value change", moved.abs().max().item())
+    print(f"tp={tp} pp={pp} vpp={vpp} megatron vs fsdp2:", diffs, "largest value change", moved.abs().max().item())
     # the update moved the values, with the gradient clipped (grad_clip=0.5 below the norm)
     assert moved.abs().max().item() > 1e-2 and ref["grad_norm"] > 0.5
     assert ref["rm_scores"].abs().max() > 1e-3  # scores that are not all zero

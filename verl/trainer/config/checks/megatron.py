@@ -1,11 +1,12 @@
 """What ``strategy=megatron`` runs here, checked in the driver before Ray starts.
 
 The Megatron engine (:mod:`verl.workers.engine.megatron`) builds the policy (actor, rollout, reference), the critic
-and the reward model of a Qwen2 / Qwen2.5, Qwen3 or Llama model with tensor and pipeline parallelism, on CPU (gloo),
-with the HF or vLLM rollout (the weights gathered layer by layer into either). Each role picks its strategy and, with
-megatron, its parallel sizes on its own: the worker process keeps one set of megatron-core groups per size pair, so a
-Megatron critic or reward model runs beside an FSDP or Megatron actor, and an FSDP critic beside a Megatron actor.
-Each setting the engine cannot honour yet is refused here with the reason, naming the key.
+and the reward model of a Qwen2 / Qwen2.5, Qwen3 or Llama model with tensor and (virtual) pipeline parallelism, on CPU
+(gloo), with the HF or vLLM rollout (the weights gathered layer by layer into either). Each role picks its strategy
+and, with megatron, its parallel sizes on its own: the worker process keeps one set of megatron-core groups per size
+triple (tensor, pipeline, virtual pipeline), so a Megatron critic or reward model runs beside an FSDP or Megatron
+actor, and an FSDP critic beside a Megatron actor. Each setting the engine cannot honour yet is refused here with the
+reason, naming the key.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def check_megatron_model(config, hf_config, path_key: str, section: str = "actor
     parallelism."""
     if _get(config, f"{section}.strategy") != "megatron":
         return
-    from verl.workers.engine.megatron.model import check_supported
+    from verl.workers.engine.megatron.model import check_supported, num_experts
     from verl.workers.engine.megatron.settings import megatron_settings
 
     try:
@@ -129,4 +130,25 @@ def check_megatron_model(config, hf_config, path_key: str, section: str = "actor
         raise ConfigError(
             f"{section}.megatron.pipeline_model_parallel_size={pp} must divide the model's "
             f"{hf_config.num_hidden_layers} layers ({path_key})"
+        )
+    if num_experts(hf_config) and tp > 1:
+        raise ConfigError(
+            f"{section}.megatron.tensor_model_parallel_size={tp} with a mixture-of-experts model ({path_key}): "
+            "megatron-core's MoE layer trains at tensor parallel > 1 only with sequence_parallel, and that "
+            "combination (experts split over tensor-parallel ranks in the weight loader, hand-off and checkpoints) "
+            f"is not tested in this engine yet; set {section}.megatron.tensor_model_parallel_size=1 (pipeline and "
+            "expert parallelism work) or strategy=fsdp2"
+        )
+    ep = settings.expert_model_parallel_size
+    if ep > 1 and (not num_experts(hf_config) or num_experts(hf_config) % ep):
+        raise ConfigError(
+            f"{section}.megatron.expert_model_parallel_size={ep} must divide the model's routed experts "
+            f"({num_experts(hf_config)}; a dense model has none: set it to 1) ({path_key})"
+        )
+    vpp = settings.virtual_pipeline_model_parallel_size or 1
+    if hf_config.num_hidden_layers % (pp * vpp):
+        raise ConfigError(
+            f"{section}.megatron.virtual_pipeline_model_parallel_size={vpp} x pipeline_model_parallel_size={pp} must "
+            f"divide the model's {hf_config.num_hidden_layers} layers (each model chunk holds the same number of "
+            f"layers) ({path_key})"
         )

@@ -35,7 +35,13 @@ from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DIST_CKPT_DIR", "MegatronCheckpointManager", "load_model_from_dist_checkpoint", "read_model_tensors"]
+__all__ = [
+    "DIST_CKPT_DIR",
+    "MegatronCheckpointManager",
+    "load_model_from_dist_checkpoint",
+    "model_sharded_state_dict",
+    "read_model_tensors",
+]
 
 DIST_CKPT_DIR = "dist_ckpt"
 _OPTIMIZER_PREFIX = "optimizer.state"
@@ -49,6 +55,19 @@ def _sharded_entries(model, model_sharded: dict) -> list[tuple[str, object]]:
     return [(name, model_sharded[name]) for name, p in model.named_parameters() if p.requires_grad]
 
 
+def model_sharded_state_dict(model) -> dict:
+    """``model``'s megatron-core sharded state dict: one ``GPTModel``'s, or under virtual pipeline parallelism (a
+    :class:`~verl.workers.engine.megatron.model.ModelChunks`) every chunk's under ``"<chunk>.<key>"`` (the names of
+    the chunks' ``state_dict``). Each chunk's layers are stored at their global layer numbers and each expert at its
+    global index (megatron-core's sharded offsets), so the stored tensors do not depend on the chunk or expert-
+    parallel layout."""
+    from verl.workers.engine.megatron.model import ModelChunks
+
+    if not isinstance(model, ModelChunks):
+        return model.sharded_state_dict()
+    return {f"{c}.{key}": value for c, chunk in enumerate(model) for key, value in chunk.sharded_state_dict().items()}
+
+
 def load_model_from_dist_checkpoint(model, path: str) -> None:
     """Load ``model``'s weights (this rank's shards) from the megatron-core distributed checkpoint at ``path`` (a
     ``dist_ckpt`` folder this manager wrote, or any checkpoint of ``GPTModel.sharded_state_dict()``'s keys), at any
@@ -58,7 +77,7 @@ def load_model_from_dist_checkpoint(model, path: str) -> None:
     from verl.workers.engine.megatron.cpu_shims import cpu_current_device
 
     with cpu_current_device():
-        loaded = dist_checkpointing.load({"model": model.sharded_state_dict()}, path)
+        loaded = dist_checkpointing.load({"model": model_sharded_state_dict(model)}, path)
     model.load_state_dict(loaded["model"])
 
 
@@ -83,6 +102,10 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             "world_size": self.world_size,
             "tensor_model_parallel_size": parallel_state.get_tensor_model_parallel_world_size(),
             "pipeline_model_parallel_size": parallel_state.get_pipeline_model_parallel_world_size(),
+            # model chunks per stage (virtual pipeline) and expert-parallel size: informative only, the stored
+            # tensors carry global layer and expert indices
+            "virtual_pipeline_model_parallel_size": parallel_state.get_virtual_pipeline_model_parallel_world_size(),
+            "expert_model_parallel_size": parallel_state.get_expert_model_parallel_world_size(),
             "use_distributed_optimizer": self.engine.sharded_params is not None,
             "kind": self.engine.kind,
         }
@@ -179,7 +202,7 @@ class MegatronCheckpointManager(BaseCheckpointManager):
             shutil.rmtree(dist_dir, ignore_errors=True)  # megatron-core writes into an empty folder only
             os.makedirs(dist_dir)
         dist.barrier()
-        model_sharded = self.model.sharded_state_dict()
+        model_sharded = model_sharded_state_dict(self.model)
         state: dict = {}
         if self.should_save_model:
             state["model"] = model_sharded
@@ -237,7 +260,7 @@ class MegatronCheckpointManager(BaseCheckpointManager):
                 "them)"
             )
         common = dist_checkpointing.load_common_state_dict(dist_dir)
-        model_sharded = self.model.sharded_state_dict()
+        model_sharded = model_sharded_state_dict(self.model)
         keys = [name for name, _ in _sharded_entries(self.model, model_sharded)]
         request: dict = {}
         if self.should_load_model:
@@ -274,10 +297,16 @@ _STORED_NORM_NAMES = {
 }
 
 
+# a mixture of experts' SequentialMLP stores expert e of every layer under one key ("<its prefix>experts.<linear>"), at
+# global expert index e
+_STORED_EXPERTS = "mlp.experts.experts."
+
+
 def read_model_tensors(dist_dir: str) -> dict[str, torch.Tensor]:
     """The model of a ``dist_ckpt`` folder as one unsharded ``GPTModel.state_dict()`` (tensor and pipeline parallel
-    1: global layer numbers; the vocabulary as padded when saved), read with torch's distributed-checkpoint reader in
-    this process alone (no process group, no megatron-core): the model merger's path."""
+    1: global layer numbers, experts as ``mlp.experts.local_experts.<global index>``; the vocabulary as padded when
+    saved), read with torch's distributed-checkpoint reader in this process alone (no process group, no
+    megatron-core): the model merger's path."""
     import torch.distributed.checkpoint as dcp
 
     reader = dcp.FileSystemReader(dist_dir)
@@ -296,5 +325,10 @@ def read_model_tensors(dist_dir: str) -> dict[str, torch.Tensor]:
         rest = key[len("decoder.layers.") :]  # stored stacked over layers: (num_layers, ...)
         rest = _STORED_NORM_NAMES.get(rest, rest)
         for layer, value in enumerate(tensor):
-            state[f"decoder.layers.{layer}.{rest}"] = value
+            if rest.startswith(_STORED_EXPERTS):  # and over experts: (num_layers, num_experts, ...)
+                tail = rest[len(_STORED_EXPERTS) :]
+                for expert, expert_value in enumerate(value):
+                    state[f"decoder.layers.{layer}.mlp.experts.local_experts.{expert}.{tail}"] = expert_value
+            else:
+                state[f"decoder.layers.{layer}.{rest}"] = value
     return state

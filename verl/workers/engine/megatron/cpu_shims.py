@@ -26,6 +26,11 @@ code runs on CPU with gloo process groups. Each cover is a no-op where CUDA is a
    process instead and reports through an in-process queue (the same bytes; no overlap with compute, which the CPU
    engine does not use).
 
+5. :func:`cover_missing_transformer_engine`: megatron-core 0.16.1's MoE router linear (``moe_utils.
+   RouterGatingLinearFunction``) tests ``te_general_gemm is not None``, a name its module binds only when
+   TransformerEngine imports; without TE (any CPU, a GPU without it) the test raises NameError. Bound to None, the
+   router runs its torch matmul branch.
+
 Megatron's own pipeline schedules create a tensor with the literal ``device="cuda"``; the engine drives its pipeline
 stages itself instead (:mod:`verl.workers.engine.megatron.pipeline`), so no cover is needed there.
 """
@@ -40,6 +45,7 @@ import torch.distributed as dist
 
 __all__ = [
     "CPURNGStatesTracker",
+    "cover_missing_transformer_engine",
     "cpu_current_device",
     "in_process_checkpoint_writes",
     "install_rng_tracker",
@@ -203,3 +209,12 @@ def in_process_checkpoint_writes() -> Iterator[None]:
         yield
     finally:
         FileSystemWriterAsync.write_preloaded_data_multiproc = original
+
+
+def cover_missing_transformer_engine() -> None:
+    """Bind ``megatron.core.transformer.moe.moe_utils.te_general_gemm`` to None where TransformerEngine did not
+    import (it is unbound then, and the MoE router's linear raises NameError); with TE, nothing changes."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None

@@ -135,6 +135,13 @@ class MegatronEngine(TrainingEngine):
         self.stages = StageRunner(model, hf_config.hidden_size, self.dtype)
         self.mp_group = parallel_state.get_model_parallel_group()
         self.mp_size = dist.get_world_size(self.mp_group)
+        # the ranks that run the same rows: the model-parallel group and, with expert parallelism, its expert-parallel
+        # peers (they hold the other experts of the same layers: see _reduce_expert_gradients)
+        self.ep_size = parallel_state.get_expert_model_parallel_world_size()
+        self.row_group = self.mp_group
+        if self.ep_size > 1:
+            self.row_group = parallel_state.get_expert_tensor_model_pipeline_parallel_group()
+        self.row_size = dist.get_world_size(self.row_group)
         self.pp_size = parallel_state.get_pipeline_model_parallel_world_size()
         self.pp_group = parallel_state.get_pipeline_model_parallel_group()
         self.dp_group = parallel_state.get_data_parallel_group()
@@ -146,10 +153,8 @@ class MegatronEngine(TrainingEngine):
     # ------------------------------------------------------------------------------------------------ building
     @classmethod
     def build(cls, role: str, config, files: PretrainedFiles) -> MegatronEngine:
-        from megatron.core import parallel_state
-
         from verl.workers.engine.fsdp.setup import build_optimizer
-        from verl.workers.engine.megatron.model import build_gpt_model, transformer_config
+        from verl.workers.engine.megatron.model import build_model_chunks, transformer_config
         from verl.workers.engine.megatron.parallel import init_model_parallel
         from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
         from verl.workers.engine.megatron.weights import load_hf_weights
@@ -167,7 +172,12 @@ class MegatronEngine(TrainingEngine):
             raise ValueError(f"role={role!r}: expected actor, rollout, ref, critic or reward_model")
         settings = megatron_settings(section)
         check_megatron_settings(settings, key, dist.get_world_size(), trainable)
-        init_model_parallel(settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size, settings.seed)
+        vpp = settings.virtual_pipeline_model_parallel_size
+        vpp = None if vpp == 1 else vpp  # one model chunk per stage: megatron-core's plain layout
+        ep = settings.expert_model_parallel_size
+        init_model_parallel(
+            settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size, settings.seed, vpp, ep
+        )
         # fp32 masters for training and on CPU (bf16 is emulated there); bf16 for frozen models on accelerators
         dtype = torch.float32 if trainable or not is_accelerator_available() else torch.bfloat16
         overrides = dict(settings.override_transformer_config or {})
@@ -177,16 +187,11 @@ class MegatronEngine(TrainingEngine):
             pp_size=settings.pipeline_model_parallel_size,
             dtype=dtype,
             sequence_parallel=settings.sequence_parallel,
+            vpp_size=vpp,
+            **({"expert_model_parallel_size": ep} if ep > 1 else {}),
             **overrides,
         )
-        model = build_gpt_model(
-            files.hf_config,
-            tf_config,
-            pre_process=parallel_state.is_pipeline_first_stage(),
-            post_process=parallel_state.is_pipeline_last_stage(),
-            scalar_head=kind != "policy",
-            seed=settings.seed,
-        )
+        model = build_model_chunks(files.hf_config, tf_config, scalar_head=kind != "policy", seed=settings.seed)
         if settings.use_dist_checkpointing:  # start from a megatron-core distributed checkpoint, at any sizes
             from verl.workers.engine.megatron.checkpoint import load_model_from_dist_checkpoint
 
@@ -237,9 +242,9 @@ class MegatronEngine(TrainingEngine):
         # the hidden states between stages: this rank's share of the positions under sequence parallelism
         stage_len = input_ids.shape[1] // (config.tensor_model_parallel_size if config.sequence_parallel else 1)
 
-        def run_stage():
+        def run_stage(chunk):
             with cpu_current_device():
-                return self._module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
+                return chunk(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
 
         output = self.stages.forward(run_stage, input_ids.shape[0], stage_len, torch.is_grad_enabled())
         return None if output is None else output[:, :seq_len]
@@ -296,17 +301,17 @@ class MegatronEngine(TrainingEngine):
     # ------------------------------------------------------------------------------------------ data movement
     def _gather_model_parallel(self, data: DataProto) -> DataProto:
         """The rows of every rank of this model-parallel group (rank order): the batch this copy of the model runs."""
-        if self.mp_size == 1:
+        if self.row_size == 1:
             return data
         data = DataProto(batch=data.batch, non_tensor_batch=dict(data.non_tensor_batch), meta_info=data.meta_info)
-        all_gather_data_proto(data, self.mp_group)
+        all_gather_data_proto(data, self.row_group)
         return data
 
     def _own_rows(self, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's rows of a result computed for its whole model-parallel group."""
-        if self.mp_size == 1:
+        if self.row_size == 1:
             return tensor
-        return tensor.chunk(self.mp_size)[dist.get_rank(self.mp_group)]
+        return tensor.chunk(self.row_size)[dist.get_rank(self.row_group)]
 
     def _from_last_stage(self, outputs: dict[str, torch.Tensor] | None, shapes: dict[str, tuple]) -> dict:
         """The last pipeline stage's ``outputs`` on every stage (broadcast over the pipeline group)."""
@@ -430,6 +435,8 @@ class MegatronEngine(TrainingEngine):
 
         sum_partial_gradients(self._module)
         params = [p for p in self._module.parameters() if p.requires_grad and p.grad is not None]
+        if self.ep_size > 1:
+            params = self._reduce_expert_gradients(params)
         if self.sharded_params is None and self.dp_size > 1 and params:
             flat = torch._utils._flatten_dense_tensors([p.grad for p in params])
             dist.all_reduce(flat, group=self.dp_group)
@@ -446,6 +453,22 @@ class MegatronEngine(TrainingEngine):
         if self.sharded_params is not None:
             self.sharded_params.reduce_gradients()
 
+    def _reduce_expert_gradients(self, params: list[nn.Parameter]) -> list[nn.Parameter]:
+        """Expert parallelism: average this rank's experts' gradients over the replicas of those experts (the expert
+        data-parallel group) and undo the row sharing (every expert-parallel peer runs the same rows, so each expert
+        saw each token once per peer); returns the other parameters, which the data-parallel average takes."""
+        from megatron.core import parallel_state
+
+        experts = {p for name, p in self._module.named_parameters() if ".mlp.experts." in f".{name}"}
+        group = parallel_state.get_expert_data_parallel_group()
+        replicas = dist.get_world_size(group)
+        for p in params:
+            if p in experts:
+                if replicas > 1:
+                    dist.all_reduce(p.grad, group=group)
+                p.grad /= replicas * self.ep_size
+        return [p for p in params if p not in experts]
+
     def _grad_norm(self) -> torch.Tensor:
         """The global gradient norm: every shard once (tensor-parallel duplicates on tp rank 0 only, the last stage's
         copy of a tied embedding not at all), summed over the model-parallel group."""
@@ -458,9 +481,14 @@ class MegatronEngine(TrainingEngine):
             if self.dp_size > 1:
                 dist.all_reduce(squares, group=self.dp_group)
         else:
-            for p in self._module.parameters():
+            expert_squares = torch.zeros((), dtype=torch.float32)  # expert parallelism: other experts on each peer
+            for name, p in self._module.named_parameters():
                 if p.grad is not None and _counted_in_norm(p, tp_rank):
-                    squares += p.grad.detach().float().pow(2).sum()
+                    is_expert = self.ep_size > 1 and ".mlp.experts." in f".{name}"
+                    (expert_squares if is_expert else squares).add_(p.grad.detach().float().pow(2).sum())
+            if self.ep_size > 1:
+                dist.all_reduce(expert_squares, group=parallel_state.get_expert_tensor_model_pipeline_parallel_group())
+                squares = squares + expert_squares / self.mp_size  # the model-parallel sum below counts it mp times
         if self.mp_size > 1:
             dist.all_reduce(squares, group=self.mp_group)
         return squares.sqrt()

@@ -9,6 +9,7 @@ in place; vLLM reloads the stream into its engine exactly as for the FSDP engine
 
 from __future__ import annotations
 
+import re
 import time
 
 import torch
@@ -41,9 +42,29 @@ class HFModelHandoff(BaseShardingManager):
         start = time.perf_counter()
         params = dict(self.model.named_parameters())
         for name, tensor in self.engine.hf_weights():
-            params[name].copy_(tensor)
+            _target(params, name).copy_(tensor)
         self.timing["reshard"] = time.perf_counter() - start
         return self
+
+
+_EXPERT = re.compile(r"(.*\.experts)\.(\d+)\.(gate|up|down)_proj\.weight")
+
+
+def _target(params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """The in-memory tensor (or slice) of ``params`` that the checkpoint-named weight ``name`` fills: itself, or where
+    transformers (>= 5) fuses a mixture of experts' weights in memory (``experts.gate_up_proj`` ``(E, 2I, H)``, gate
+    rows first; ``experts.down_proj`` ``(E, H, I)``), expert ``e``'s part of the fused tensor."""
+    if name in params:
+        return params[name]
+    match = _EXPERT.fullmatch(name)
+    if match is None:
+        raise KeyError(f"the hand-off sent {name!r}, which the HF rollout model has no tensor for")
+    prefix, expert, kind = match.group(1), int(match.group(2)), match.group(3)
+    if kind == "down":
+        return params[f"{prefix}.down_proj"][expert]
+    gate_up = params[f"{prefix}.gate_up_proj"][expert]
+    half = gate_up.shape[0] // 2
+    return gate_up[:half] if kind == "gate" else gate_up[half:]
 
 
 def vllm_handoff(engine, inference_engine, device_mesh, free_cache_engine: bool = False) -> BaseShardingManager:

@@ -1,10 +1,11 @@
 """A Hugging Face decoder's config as a megatron-core ``GPTModel`` (local layer spec), and its forward on padded
 batches.
 
-Families: Qwen2 / Qwen2.5 (biases on q, k, v) and Llama (Llama 3.1's rope scaling): grouped-query attention, SwiGLU,
-RMSNorm, rotary embeddings with the HF config's theta and scaling, tied or separate input and output embeddings. The
-vocabulary is padded up to a multiple of the tensor-parallel size (megatron-core splits it evenly); the padded
-columns are cut from the logits, so they never enter a softmax.
+Families: Qwen2 / Qwen2.5 (biases on q, k, v), Qwen3 (q/k norms), Qwen3-MoE (every layer's MLP a mixture of experts:
+megatron-core's top-k router and SequentialMLP experts, no shared expert) and Llama (Llama 3.1's rope scaling):
+grouped-query attention, SwiGLU, RMSNorm, rotary embeddings with the HF config's theta and scaling, tied or separate
+input and output embeddings. The vocabulary is padded up to a multiple of the tensor-parallel size (megatron-core
+splits it evenly); the padded columns are cut from the logits, so they never enter a softmax.
 
 Sequence parallelism (``sequence_parallel`` at tensor parallel > 1): megatron-core keeps the activations outside the
 attention and MLP split along the sequence over the tensor-parallel ranks (all-gathered into each column-parallel
@@ -22,20 +23,31 @@ import torch.nn.functional as F
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "RMSNorm",
+    "ModelChunks",
     "ScalarHead",
     "build_gpt_model",
+    "build_model_chunks",
     "causal_padding_mask",
     "check_supported",
     "gpt_logits",
     "hf_inv_freq",
+    "model_chunks",
     "pad_sequence_for_parallelism",
     "padded_vocab_size",
     "sum_partial_gradients",
     "transformer_config",
 ]
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "qwen3")
-QK_NORM_MODEL_TYPES = ("qwen3",)  # RMSNorm over each head's queries and keys before rope (HF's q_norm / k_norm)
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "qwen3", "qwen3_moe")
+QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe")  # RMSNorm over each head's queries and keys before rope (q_norm / k_norm)
+MOE_MODEL_TYPES = ("qwen3_moe",)  # every decoder layer's MLP a mixture of experts (router, experts, no shared one)
+
+
+def num_experts(hf_config) -> int:
+    """The number of routed experts of a mixture-of-experts model's layers; 0 for a dense model."""
+    if hf_config.model_type not in MOE_MODEL_TYPES:
+        return 0
+    return int(getattr(hf_config, "num_experts", None) or getattr(hf_config, "num_local_experts", 0))
 
 
 def _rope_parameters(hf_config) -> dict:
@@ -66,6 +78,15 @@ def check_supported(hf_config) -> None:
         )
     if getattr(hf_config, "sliding_window", None) and getattr(hf_config, "use_sliding_window", False):
         raise ValueError("strategy=megatron: sliding-window attention is not built here; use strategy=fsdp2")
+    if model_type in MOE_MODEL_TYPES:
+        dense = list(getattr(hf_config, "mlp_only_layers", None) or [])
+        step = getattr(hf_config, "decoder_sparse_step", 1) or 1
+        if dense or step != 1:
+            raise ValueError(
+                f"strategy=megatron: mlp_only_layers={dense} / decoder_sparse_step={step} mix dense and expert layers; "
+                "only models whose every layer is a mixture of experts (mlp_only_layers=[], decoder_sparse_step=1) "
+                "are built here. Use strategy=fsdp2 for this model"
+            )
 
 
 def hf_inv_freq(hf_config) -> torch.Tensor:
@@ -95,13 +116,15 @@ def transformer_config(
     pp_size: int = 1,
     dtype: torch.dtype = torch.float32,
     sequence_parallel: bool = False,
+    vpp_size: int | None = None,
     **overrides,
 ):
     """The megatron-core ``TransformerConfig`` of ``hf_config``'s decoder: no fusions (none runs on CPU, and the
     unfused forms compute what HF computes), no dropout, weights left for the converter to load.
 
     ``sequence_parallel``: split the activations along the sequence over the tensor-parallel ranks (only where
-    ``tp_size > 1``: there is nothing to split over otherwise, as in verl). ``overrides``:
+    ``tp_size > 1``: there is nothing to split over otherwise, as in verl). ``vpp_size``: model chunks per
+    pipeline stage (``virtual_pipeline_model_parallel_size``; None: one). ``overrides``:
     ``override_transformer_config`` entries, applied last.
     """
     from megatron.core.transformer import TransformerConfig
@@ -127,6 +150,7 @@ def transformer_config(
         attention_dropout=float(getattr(hf_config, "attention_dropout", 0.0) or 0.0),
         tensor_model_parallel_size=tp_size,
         pipeline_model_parallel_size=pp_size,
+        virtual_pipeline_model_parallel_size=vpp_size,
         params_dtype=dtype,
         pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
@@ -142,6 +166,25 @@ def transformer_config(
         gradient_accumulation_fusion=False,
         attention_softmax_in_fp32=True,
     )
+    experts = num_experts(hf_config)
+    if experts:
+        # Qwen3-MoE's router: softmax over all experts, the top k kept and, with norm_topk_prob, renormalised; the
+        # same as megatron-core's softmax over the top k logits (pre_softmax=False), or its softmax over all
+        # (pre_softmax=True) without renormalising. No auxiliary loss: transformers adds it only to a loss it
+        # computes from labels, which the actor never passes.
+        kwargs.update(
+            num_moe_experts=experts,
+            moe_router_topk=hf_config.num_experts_per_tok,
+            moe_ffn_hidden_size=hf_config.moe_intermediate_size,
+            moe_router_score_function="softmax",
+            moe_router_pre_softmax=not getattr(hf_config, "norm_topk_prob", False),
+            moe_router_load_balancing_type="none",
+            moe_aux_loss_coeff=0.0,
+            moe_router_dtype="fp32",
+            moe_token_dispatcher_type="allgather",
+            moe_grouped_gemm=False,
+            moe_permute_fusion=False,
+        )
     kwargs.update(overrides)
     return TransformerConfig(**kwargs)
 
@@ -160,16 +203,21 @@ class RMSNorm(torch.nn.RMSNorm):
         self.weight.sequence_parallel = bool(split)
 
 
-def _layer_spec(config):
-    """The local layer spec of :func:`build_gpt_model`, every norm (the final one too) an :class:`RMSNorm`, for this
-    pipeline stage's layers."""
+def _layer_spec(config, vp_stage: int | None = None):
+    """The local layer spec of :func:`build_gpt_model` (with megatron-core's MoE layer where ``config`` has experts),
+    every norm (the final one too) an :class:`RMSNorm`, for the layers of this pipeline stage's chunk ``vp_stage``."""
     import dataclasses
 
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=config.qk_layernorm)
+    spec = get_gpt_layer_local_spec(
+        num_experts=config.num_moe_experts,
+        moe_grouped_gemm=False,
+        qk_layernorm=config.qk_layernorm,
+        normalization="RMSNorm",
+    )
     attention = spec.submodules.self_attention
     attention_submodules = attention.submodules
     if config.qk_layernorm:
@@ -182,7 +230,8 @@ def _layer_spec(config):
         self_attention=ModuleSpec(module=attention.module, params=attention.params, submodules=attention_submodules),
     )
     layer_spec = ModuleSpec(module=spec.module, params=spec.params, submodules=layer)
-    return TransformerBlockSubmodules(layer_specs=[layer_spec] * get_num_layers_to_build(config), layer_norm=RMSNorm)
+    layers = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[layer_spec] * layers, layer_norm=RMSNorm)
 
 
 def pad_sequence_for_parallelism(
@@ -229,23 +278,32 @@ class ScalarHead(torch.nn.Module):
 
 
 def build_gpt_model(
-    hf_config, config, pre_process: bool = True, post_process: bool = True, scalar_head: bool = False, seed: int = 42
+    hf_config,
+    config,
+    pre_process: bool = True,
+    post_process: bool = True,
+    scalar_head: bool = False,
+    seed: int = 42,
+    vp_stage: int | None = None,
 ):
     """A ``GPTModel`` (local layer spec) of ``hf_config`` under ``config`` (:func:`transformer_config`) for this
     rank's pipeline stage; full (gathered) logits over the real vocabulary come from :func:`gpt_logits`.
 
     ``scalar_head``: a value / reward model, whose last stage ends in a :class:`ScalarHead` (initialised from
     ``seed``; the converter loads the folder's ``score`` head over it where there is one) instead of the LM head;
-    its input embedding is then never tied to an output layer."""
+    its input embedding is then never tied to an output layer. ``vp_stage``: which of this stage's model chunks
+    (virtual pipeline), see :func:`build_model_chunks`."""
     from megatron.core.models.gpt import GPTModel
 
-    from verl.workers.engine.megatron.cpu_shims import cpu_current_device
+    from verl.workers.engine.megatron.cpu_shims import cover_missing_transformer_engine, cpu_current_device
 
+    if config.num_moe_experts:
+        cover_missing_transformer_engine()
     params = _rope_parameters(hf_config)
     with cpu_current_device():
         model = GPTModel(
             config=config,
-            transformer_layer_spec=_layer_spec(config),
+            transformer_layer_spec=_layer_spec(config, vp_stage),
             vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
             max_sequence_length=hf_config.max_position_embeddings,
             pre_process=pre_process,
@@ -254,6 +312,7 @@ def build_gpt_model(
             share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings) and not scalar_head,
             position_embedding_type="rope",
             rotary_base=params["rope_theta"],
+            vp_stage=vp_stage,
         )
     # theta and any scaling exactly as transformers computes them (megatron-core's llama3 scaling is fixed-constant)
     model.rotary_pos_emb.inv_freq = hf_inv_freq(hf_config).to(model.rotary_pos_emb.inv_freq.device)
@@ -269,6 +328,79 @@ def build_gpt_model(
     if pre_process:
         _freeze_padding_row(model.embedding.word_embeddings, getattr(hf_config, "pad_token_id", None))
     return model
+
+
+class ModelChunks(torch.nn.ModuleList):
+    """This rank's model chunks under virtual pipeline parallelism (``virtual_pipeline_model_parallel_size`` = v):
+    chunk ``c`` of pipeline stage ``p`` is virtual stage ``c * pp + p`` of the ``pp * v`` the layers are cut into, so
+    a micro batch passes every stage v times (interleaved layout). The input embedding lives on the first stage's
+    first chunk, the final norm and output layer on the last stage's last chunk; the attributes the engine reads of
+    one ``GPTModel`` answer for the chunk that holds them."""
+
+    @property
+    def config(self):
+        return self[0].config
+
+    @property
+    def pre_process(self) -> bool:
+        return self[0].pre_process
+
+    @property
+    def post_process(self) -> bool:
+        return self[-1].post_process
+
+    @property
+    def embedding(self):
+        return self[0].embedding
+
+    @property
+    def output_layer(self):
+        return self[-1].output_layer
+
+    @property
+    def share_embeddings_and_output_weights(self) -> bool:
+        return self[0].share_embeddings_and_output_weights
+
+    @property
+    def scalar_head(self) -> bool:
+        return self[0].scalar_head
+
+
+def model_chunks(model) -> list:
+    """The ``GPTModel`` chunks of ``model`` (a :class:`ModelChunks` or one ``GPTModel``), first to last."""
+    return list(model) if isinstance(model, ModelChunks) else [model]
+
+
+def build_model_chunks(hf_config, config, scalar_head: bool = False, seed: int = 42):
+    """This rank's model for its pipeline stage: one ``GPTModel`` (:func:`build_gpt_model`), or with
+    ``config.virtual_pipeline_model_parallel_size`` a :class:`ModelChunks` of that many (megatron-core places each
+    chunk's layers by its ``vp_stage``). Needs megatron-core's groups (:func:`~verl.workers.engine.megatron.parallel.
+    init_model_parallel`) of the same sizes."""
+    from megatron.core import parallel_state
+
+    vpp = config.virtual_pipeline_model_parallel_size
+    if vpp is None:
+        return build_gpt_model(
+            hf_config,
+            config,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+            scalar_head=scalar_head,
+            seed=seed,
+        )
+    chunks = [
+        build_gpt_model(
+            hf_config,
+            config,
+            pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
+            post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
+            scalar_head=scalar_head,
+            seed=seed,
+            vp_stage=stage,
+        )
+        for stage in range(vpp)
+    ]
+    return ModelChunks(chunks)
 
 
 def _mark_tensor_parallel(model) -> None:

@@ -36,14 +36,36 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
             f"workers ({world_size})"
         )
     if settings.context_parallel_size != 1:
-        problems.append(f"{key}.context_parallel_size={settings.context_parallel_size}: not built here; set it to 1")
-    if settings.virtual_pipeline_model_parallel_size not in (None, 1):
+        # measured with megatron-core 0.16.1: the local layer spec's DotProductAttention asserts context_parallel_size
+        # == 1 when it is built; only TransformerEngine's attention splits sequences, and TE is CUDA-only
         problems.append(
-            f"{key}.virtual_pipeline_model_parallel_size={settings.virtual_pipeline_model_parallel_size}: interleaved "
-            "pipeline stages are not built here; set it to null"
+            f"{key}.context_parallel_size={settings.context_parallel_size}: megatron-core runs context parallelism "
+            "only in TransformerEngine's attention (TEDotProductAttention), and TransformerEngine is CUDA-only; its "
+            "local attention, which this engine builds, refuses context_parallel_size > 1. Set it to 1"
         )
-    if settings.expert_model_parallel_size != 1 or settings.expert_tensor_parallel_size not in (None, 1):
-        problems.append(f"{key}.expert_model_parallel_size / expert_tensor_parallel_size: no MoE here; use 1 / null")
+    vpp = settings.virtual_pipeline_model_parallel_size
+    if vpp is not None and (vpp < 1 or (vpp > 1 and pp == 1)):
+        problems.append(
+            f"{key}.virtual_pipeline_model_parallel_size={vpp}: model chunks per pipeline stage need "
+            f"pipeline_model_parallel_size > 1 (it is {pp}); set it to null"
+        )
+    ep = settings.expert_model_parallel_size
+    if ep < 1 or (world_size // max(tp * pp, 1)) % ep:
+        problems.append(
+            f"{key}.expert_model_parallel_size={ep} must divide the data-parallel size ({world_size} workers / "
+            f"tensor {tp} x pipeline {pp})"
+        )
+    if settings.expert_tensor_parallel_size not in (None, 1):
+        problems.append(
+            f"{key}.expert_tensor_parallel_size={settings.expert_tensor_parallel_size}: experts are split over "
+            "expert-parallel ranks only here; set it to null"
+        )
+    if ep > 1 and trainable and settings.use_distributed_optimizer:
+        problems.append(
+            f"{key}.use_distributed_optimizer=True with expert_model_parallel_size={ep}: the distributed optimizer "
+            f"here slices over the data-parallel group, which mixes different experts; set "
+            f"{key}.use_distributed_optimizer=False"
+        )
     # sequence_parallel: honoured at tensor_model_parallel_size > 1 (megatron-core's, with the engine's own norms and
     # sequence padding, see verl.workers.engine.megatron.model); ignored at 1, where there is nothing to split over
     # param_offload / grad_offload / optimizer_offload: the engine keeps everything in host memory (CPU) already, so

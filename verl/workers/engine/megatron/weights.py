@@ -13,6 +13,11 @@ Layouts (``g`` query groups = KV heads, ``q = heads // g`` query heads per group
 tensor-parallel rank holds ``g / tp`` whole groups. ``linear_fc1`` stacks this rank's slice of ``gate_proj`` on its
 slice of ``up_proj``. ``linear_proj`` and ``linear_fc2`` are split along their input dimension, the embedding and the
 output layer along the (padded) vocabulary.
+
+Mixture of experts (Qwen3-MoE): HF's router ``mlp.gate`` is Megatron's ``mlp.router`` (replicated); expert ``e``'s
+``mlp.experts.{e}.{gate,up,down}_proj`` (the checkpoint's per-expert names, which vLLM loads and
+``save_pretrained`` writes) is local expert ``e % n_local`` of expert-parallel rank ``e // n_local``, its
+``linear_fc1`` / ``linear_fc2`` split over the expert tensor-parallel group as a dense MLP's over tensor parallelism.
 """
 
 from __future__ import annotations
@@ -99,9 +104,9 @@ def _pad_vocab(weight: torch.Tensor, rows: int) -> torch.Tensor:
     return weight if missing == 0 else torch.cat([weight, weight.new_zeros(missing, *weight.shape[1:])])
 
 
-def hf_layer_names(layer: int, qkv_bias: bool, qk_norm: bool = False) -> list[str]:
+def hf_layer_names(layer: int, qkv_bias: bool, qk_norm: bool = False, experts: int = 0) -> list[str]:
     """HF names of decoder layer ``layer``'s tensors, in the order :func:`iter_hf_weights` yields them
-    (``qk_norm``: Qwen3's per-head query and key norms)."""
+    (``qk_norm``: Qwen3's per-head query and key norms; ``experts``: a mixture-of-experts layer's routed experts)."""
     p = f"model.layers.{layer}."
     names = [p + "input_layernorm.weight"] + [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
     if qkv_bias:
@@ -109,6 +114,9 @@ def hf_layer_names(layer: int, qkv_bias: bool, qk_norm: bool = False) -> list[st
     if qk_norm:
         names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
     names += [p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight"]
+    if experts:
+        names.append(p + "mlp.gate.weight")
+        return names + [p + f"mlp.experts.{e}.{x}_proj.weight" for e in range(experts) for x in ("gate", "up", "down")]
     return names + [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
 
 
@@ -118,6 +126,18 @@ def _tp():
     return parallel_state.get_tensor_model_parallel_world_size(), parallel_state.get_tensor_model_parallel_rank()
 
 
+def _expert_parallel() -> tuple[int, int, int, int]:
+    """(expert-parallel size, rank, expert tensor-parallel size, rank)."""
+    from megatron.core import parallel_state
+
+    return (
+        parallel_state.get_expert_model_parallel_world_size(),
+        parallel_state.get_expert_model_parallel_rank(),
+        parallel_state.get_expert_tensor_parallel_world_size(),
+        parallel_state.get_expert_tensor_parallel_rank(),
+    )
+
+
 @torch.no_grad()
 def load_hf_weights(model, hf_config, folder_or_reader) -> None:
     """Copy the HF folder's weights into ``model`` (this rank's pipeline stage and tensor-parallel slice).
@@ -125,7 +145,15 @@ def load_hf_weights(model, hf_config, folder_or_reader) -> None:
     ``folder_or_reader``: an HF model folder, or any object with ``get(name) -> tensor`` (a state dict's
     ``__getitem__`` wrapped, for tests).
     """
+    from verl.workers.engine.megatron.model import model_chunks
+
     reader = HFCheckpointReader(folder_or_reader) if isinstance(folder_or_reader, str) else folder_or_reader
+    for chunk in model_chunks(model):  # one GPTModel, or this stage's virtual-pipeline chunks
+        _load_chunk(chunk, hf_config, reader)
+
+
+def _load_chunk(model, hf_config, reader) -> None:
+    """:func:`load_hf_weights` for one ``GPTModel`` (its layers' ``layer_number`` is their global position)."""
     tp, rank = _tp()
     _, groups, _ = _dims(hf_config)
 
@@ -157,6 +185,16 @@ def load_hf_weights(model, hf_config, folder_or_reader) -> None:
             put(attn.k_layernorm.weight, reader.get(p + "self_attn.k_norm.weight"))
         put(attn.linear_proj.weight, shard(reader.get(p + "self_attn.o_proj.weight"), 1))
         put(layer.pre_mlp_layernorm.weight, reader.get(p + "post_attention_layernorm.weight"))
+        if hasattr(mlp, "router"):  # a mixture of experts: this rank's experts, split over expert tensor parallelism
+            put(mlp.router.weight, reader.get(p + "mlp.gate.weight"))
+            ep, ep_rank, etp, etp_rank = _expert_parallel()
+            local = mlp.experts.local_experts
+            for i, expert in enumerate(local):
+                q = f"{p}mlp.experts.{ep_rank * len(local) + i}."
+                gate, up = reader.get(q + "gate_proj.weight"), reader.get(q + "up_proj.weight")
+                put(expert.linear_fc1.weight, torch.cat([gate.chunk(etp)[etp_rank], up.chunk(etp)[etp_rank]]))
+                put(expert.linear_fc2.weight, reader.get(q + "down_proj.weight").chunk(etp, dim=1)[etp_rank])
+            continue
         gate, up = reader.get(p + "mlp.gate_proj.weight"), reader.get(p + "mlp.up_proj.weight")
         put(mlp.linear_fc1.weight, torch.cat([shard(gate, 0), shard(up, 0)]))
         put(mlp.linear_fc2.weight, shard(reader.get(p + "mlp.down_proj.weight"), 1))
@@ -190,13 +228,19 @@ def _load_scalar_head(head, reader) -> None:
         head.bias.copy_(reader.get("score.bias").to(head.bias.dtype) if "score.bias" in reader else 0.0)
 
 
-def _gather_tp(tensor: torch.Tensor, dim: int) -> torch.Tensor:
-    tp, _ = _tp()
-    if tp == 1:
-        return tensor.detach().clone()
+def _gather_tp(tensor: torch.Tensor, dim: int, expert: bool = False) -> torch.Tensor:
+    """``tensor``'s shards over the tensor-parallel group (``expert``: the expert tensor-parallel group) along
+    ``dim``."""
     from megatron.core import parallel_state
 
-    group = parallel_state.get_tensor_model_parallel_group()
+    tp = _expert_parallel()[2] if expert else _tp()[0]
+    if tp == 1:
+        return tensor.detach().clone()
+    group = (
+        parallel_state.get_expert_tensor_parallel_group()
+        if expert
+        else parallel_state.get_tensor_model_parallel_group()
+    )
     if dim == 0:  # gathered straight into the full tensor's row blocks: no second copy for a concatenation
         full = tensor.new_empty(tensor.shape[0] * tp, *tensor.shape[1:])
         dist.all_gather(list(full.chunk(tp, dim=0)), tensor.detach().contiguous(), group=group)
@@ -217,13 +261,41 @@ def _layer_tensors(layer, hf_config) -> list[torch.Tensor]:
     if attn.config.qk_layernorm:
         tensors += [attn.q_layernorm.weight.detach().clone(), attn.k_layernorm.weight.detach().clone()]
     tensors += [_gather_tp(attn.linear_proj.weight, 1), layer.pre_mlp_layernorm.weight.detach().clone()]
-    fc1 = _gather_tp(mlp.linear_fc1.weight, 0)  # tp blocks of [gate_r; up_r]
+    if hasattr(mlp, "router"):
+        return tensors + [mlp.router.weight.detach().clone()] + _expert_tensors(mlp.experts.local_experts)
+    return tensors + _mlp_tensors(mlp, tp, expert=False)
+
+
+def _mlp_tensors(mlp, tp: int, expert: bool) -> list[torch.Tensor]:
+    """An MLP's full ``gate_proj``, ``up_proj``, ``down_proj`` from its tensor-parallel shards."""
+    fc1 = _gather_tp(mlp.linear_fc1.weight, 0, expert)  # tp blocks of [gate_r; up_r]
     gate_up = [block.chunk(2, dim=0) for block in fc1.chunk(tp, dim=0)]
-    tensors += [torch.cat([g for g, _ in gate_up]), torch.cat([u for _, u in gate_up])]
-    return tensors + [_gather_tp(mlp.linear_fc2.weight, 1)]
+    return [
+        torch.cat([g for g, _ in gate_up]),
+        torch.cat([u for _, u in gate_up]),
+        _gather_tp(mlp.linear_fc2.weight, 1, expert),
+    ]
+
+
+def _expert_tensors(local_experts) -> list[torch.Tensor]:
+    """Every expert's full tensors in :func:`hf_layer_names` order: each local expert's gathered over expert tensor
+    parallelism, then all experts over the expert-parallel group (rank ``r`` holds experts ``r * n_local ...``)."""
+    from megatron.core import parallel_state
+
+    ep, _, etp, _ = _expert_parallel()
+    local = [t for expert in local_experts for t in _mlp_tensors(expert, etp, expert=True)]
+    if ep == 1:
+        return local
+    per_rank = [[torch.empty_like(t) for t in local] for _ in range(ep)]
+    group = parallel_state.get_expert_model_parallel_group()
+    for i, t in enumerate(local):
+        dist.all_gather([tensors[i] for tensors in per_rank], t.contiguous(), group=group)
+    return [t for tensors in per_rank for t in tensors]
 
 
 def _layer_shapes(hf_config, qkv_bias: bool, qk_norm: bool = False) -> list[tuple[int, ...]]:
+    from verl.workers.engine.megatron.model import num_experts
+
     heads, groups, head_dim = _dims(hf_config)
     hidden, inter = hf_config.hidden_size, hf_config.intermediate_size
     shapes = [(hidden,), (heads * head_dim, hidden), (groups * head_dim, hidden), (groups * head_dim, hidden)]
@@ -231,13 +303,17 @@ def _layer_shapes(hf_config, qkv_bias: bool, qk_norm: bool = False) -> list[tupl
         shapes += [(heads * head_dim,), (groups * head_dim,), (groups * head_dim,)]
     if qk_norm:
         shapes += [(head_dim,), (head_dim,)]
-    return shapes + [(hidden, heads * head_dim), (hidden,), (inter, hidden), (inter, hidden), (hidden, inter)]
+    shapes += [(hidden, heads * head_dim), (hidden,)]
+    experts = num_experts(hf_config)
+    if experts:
+        inter = hf_config.moe_intermediate_size
+        return shapes + [(experts, hidden)] + [(inter, hidden), (inter, hidden), (hidden, inter)] * experts
+    return shapes + [(inter, hidden), (inter, hidden), (hidden, inter)]
 
 
-def _stage_of_layers(model) -> tuple[int, int]:
-    layers = model.decoder.layers
-    first = layers[0].layer_number - 1 if len(layers) else 0
-    return first, len(layers)
+def _first_layers(chunks: list) -> list[int]:
+    """The global index of the first decoder layer of each chunk (-1 for a chunk without layers)."""
+    return [chunk.decoder.layers[0].layer_number - 1 if len(chunk.decoder.layers) else -1 for chunk in chunks]
 
 
 @torch.no_grad()
@@ -250,6 +326,9 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     """
     from megatron.core import parallel_state
 
+    from verl.workers.engine.megatron.model import model_chunks, num_experts
+
+    chunks = model_chunks(model)  # with virtual pipeline stages: the embedding in the first, the head in the last
     pp = parallel_state.get_pipeline_model_parallel_world_size()
     pp_group = parallel_state.get_pipeline_model_parallel_group() if pp > 1 else None
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
@@ -259,13 +338,20 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     tied = bool(hf_config.tie_word_embeddings)
     cast: Callable[[torch.Tensor], torch.Tensor] = (lambda t: t) if dtype is None else (lambda t: t.to(dtype))
 
-    # which stage holds which layers: every stage tells the others its (first, count)
-    first, count = _stage_of_layers(model)
+    # which stage holds which layers: every stage tells the others (first layer, count) of each of its chunks; the
+    # layers are then yielded in HF order, whichever stage and chunk hold them
+    spans = [(first, len(chunk.decoder.layers)) for first, chunk in zip(_first_layers(chunks), chunks)]
     if pp > 1:
-        spans = [None] * pp
-        dist.all_gather_object(spans, (first, count), group=pp_group)
+        stage_spans = [None] * pp
+        dist.all_gather_object(stage_spans, spans, group=pp_group)
     else:
-        spans = [(first, count)]
+        stage_spans = [spans]
+    owners = sorted(
+        (first + j, stage, c, j)
+        for stage, spans in enumerate(stage_spans)
+        for c, (first, n) in enumerate(spans)
+        for j in range(n)
+    )
 
     def from_stage(owner: int, make: Callable[[], list[torch.Tensor]], shapes: list[tuple[int, ...]]):
         if pp == 1:
@@ -282,17 +368,19 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     def vocab_tensor(module_weight_fn: Callable[[], torch.Tensor]) -> list[torch.Tensor]:
         return [_gather_tp(module_weight_fn(), 0)[:vocab]]
 
-    (emb,) = from_stage(0, lambda: vocab_tensor(lambda: model.embedding.word_embeddings.weight), [(vocab, hidden)])
+    first_chunk, model = chunks[0], chunks[-1]  # model: the last chunk (final norm and head on the last stage)
+    (emb,) = from_stage(
+        0, lambda: vocab_tensor(lambda: first_chunk.embedding.word_embeddings.weight), [(vocab, hidden)]
+    )
     yield "model.embed_tokens.weight", cast(emb)
     del emb
-    for stage, (start, n) in enumerate(spans):
-        for j in range(n):
-            names = hf_layer_names(start + j, qkv_bias, qk_norm)
-            shapes = _layer_shapes(hf_config, qkv_bias, qk_norm)
-            tensors = from_stage(stage, lambda j=j: _layer_tensors(model.decoder.layers[j], hf_config), shapes)
-            for name, tensor in zip(names, tensors):
-                yield name, cast(tensor)
-            del tensors
+    shapes = _layer_shapes(hf_config, qkv_bias, qk_norm)
+    for layer, stage, c, j in owners:
+        names = hf_layer_names(layer, qkv_bias, qk_norm, num_experts(hf_config))
+        tensors = from_stage(stage, lambda c=c, j=j: _layer_tensors(chunks[c].decoder.layers[j], hf_config), shapes)
+        for name, tensor in zip(names, tensors):
+            yield name, cast(tensor)
+        del tensors
     last = pp - 1
     (norm,) = from_stage(last, lambda: [model.decoder.final_layernorm.weight.detach().clone()], [(hidden,)])
     yield "model.norm.weight", cast(norm)
@@ -311,6 +399,18 @@ def iter_hf_weights(model, hf_config, dtype: torch.dtype | None = None) -> Itera
     elif not tied:
         (head,) = from_stage(last, lambda: vocab_tensor(lambda: model.output_layer.weight), [(vocab, hidden)])
         yield "lm_head.weight", cast(head)
+
+
+def _merge_mlp(linear: str, parts: list[torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """HF's ``{prefix}gate_proj`` / ``up_proj`` (``linear="linear_fc1.weight"``) or ``down_proj``
+    (``"linear_fc2.weight"``) from an MLP's tensor-parallel shards ``parts``."""
+    if linear == "linear_fc1.weight":
+        gate_up = [part.chunk(2) for part in parts]
+        gate, up = torch.cat([g for g, _ in gate_up]), torch.cat([u for _, u in gate_up])
+        return {prefix + "gate_proj.weight": gate, prefix + "up_proj.weight": up}
+    if linear == "linear_fc2.weight":
+        return {prefix + "down_proj.weight": torch.cat(parts, dim=1)}
+    raise KeyError(f"{prefix}{linear}: not a tensor of the MLP layout this merger knows")
 
 
 def merge_stage_shards(shards: list[dict], hf_config, layer_offset: int) -> dict[str, torch.Tensor]:
@@ -346,12 +446,13 @@ def merge_stage_shards(shards: list[dict], hf_config, layer_offset: int) -> dict
                 merged[p + f"self_attn.v_proj.{kind}"] = v
             elif rest == "self_attention.linear_proj.weight":
                 merged[p + "self_attn.o_proj.weight"] = torch.cat(parts, dim=1)
-            elif rest == "mlp.linear_fc1.weight":
-                gate_up = [part.chunk(2) for part in parts]
-                merged[p + "mlp.gate_proj.weight"] = torch.cat([g for g, _ in gate_up])
-                merged[p + "mlp.up_proj.weight"] = torch.cat([u for _, u in gate_up])
-            elif rest == "mlp.linear_fc2.weight":
-                merged[p + "mlp.down_proj.weight"] = torch.cat(parts, dim=1)
+            elif rest in ("mlp.linear_fc1.weight", "mlp.linear_fc2.weight"):
+                merged.update(_merge_mlp(rest.split(".", 1)[1], parts, p + "mlp."))
+            elif rest == "mlp.router.weight":
+                merged[p + "mlp.gate.weight"] = first  # replicated
+            elif rest.startswith("mlp.experts.local_experts."):  # global expert indices (the merger renumbers them)
+                expert, linear = rest[len("mlp.experts.local_experts.") :].split(".", 1)
+                merged.update(_merge_mlp(linear, parts, f"{p}mlp.experts.{expert}."))
             elif rest == "input_layernorm.weight":
                 merged[p + "input_layernorm.weight"] = first
             elif rest == "pre_mlp_layernorm.weight":
