@@ -15,6 +15,11 @@ moments), and takes a second update: the uninterrupted run. Then, in the same pr
 
 ``python -m verl.model_merger merge --backend megatron`` reads ``dist_ckpt/`` in this process alone (no process group)
 into an HF folder whose transformers logits equal the saved model's.
+
+Across the layouts of virtual pipeline and expert parallelism (the stored tensors carry global layer and expert
+indices): a four-layer model saved at pipeline parallel 2 with two model chunks per stage resumes at tensor parallel 2
+with sequence parallelism, and a Qwen3-MoE saved at expert parallel 2 (each rank two of four experts) resumes at
+pipeline parallel 2, expert parallel 1: loaded exactly, second update as uninterrupted to 1e-4 of its size.
 """
 
 from __future__ import annotations
@@ -30,7 +35,16 @@ from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN, rollout_batc
 WORLD = 2
 
 
-def _worker(model: str, tp: int, pp: int, sequence_parallel: bool, distributed_optimizer: bool, init: str | None):
+def _worker(
+    model: str,
+    tp: int,
+    pp: int,
+    sequence_parallel: bool,
+    distributed_optimizer: bool,
+    init: str | None,
+    vpp: int | None = None,
+    ep: int = 1,
+):
     from tests.trainer.ppo_e2e_utils import compose_config
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
@@ -48,6 +62,8 @@ def _worker(model: str, tp: int, pp: int, sequence_parallel: bool, distributed_o
         f"{actor}.megatron.pipeline_model_parallel_size={pp}",
         f"{actor}.megatron.sequence_parallel={sequence_parallel}",
         f"{actor}.megatron.use_distributed_optimizer={distributed_optimizer}",
+        f"{actor}.megatron.virtual_pipeline_model_parallel_size={vpp or 'null'}",
+        f"{actor}.megatron.expert_model_parallel_size={ep}",
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.n=1",
         f"actor_rollout_ref.rollout.response_length={RESPONSE_LEN}",
@@ -132,3 +148,49 @@ def test_dist_checkpoint_resumes_at_other_sizes_and_merges(tmp_path):
     log_probs = logprobs_from_logits(logits[:, PROMPT_LEN - 1 : -1], batch["responses"])
     mask = batch["attention_mask"][:, PROMPT_LEN:].bool()
     assert (log_probs - result["log_probs"])[mask].abs().max() < 1e-4
+
+
+def _run_layouts(rank: int, dense: str, moe: str, root: str, out: str) -> None:
+    torch.set_num_threads(1)
+    result = {}
+    cases = {
+        # name: (model, saving layout, resuming layout), a layout (tp, pp, sequence_parallel, vpp, ep)
+        "vpp_to_tp_sp": (dense, (1, 2, False, 2, 1), (2, 1, True, None, 1)),
+        "ep_to_pp": (moe, (1, 1, False, None, 2), (1, 2, False, None, 1)),
+    }
+    for name, (model, (tp, pp, sp, vpp, ep), (tp2, pp2, sp2, vpp2, ep2)) in cases.items():
+        ckpt = f"{root}/{name}/global_step_1/actor"
+        original = _worker(model, tp, pp, sp, False, None, vpp, ep)
+        original.update_actor(_batch(rank))
+        original.save_checkpoint(ckpt, global_step=1)
+        result[f"{name}_saved"] = _params(original)
+        original.update_actor(_batch(rank))
+        result[f"{name}_uninterrupted"] = _params(original)
+        del original
+        worker = _worker(model, tp2, pp2, sp2, False, None, vpp2, ep2)
+        worker.load_checkpoint(ckpt)
+        result[f"{name}_loaded"] = _params(worker)
+        worker.update_actor(_batch(rank))
+        result[f"{name}_resumed"] = _params(worker)
+        del worker
+    if rank == 0:
+        torch.save(result, out)
+
+
+def test_dist_checkpoint_moves_between_virtual_pipeline_and_expert_layouts(tmp_path):
+    from verl.demo.tiny_model import make_tiny_model_dir
+
+    dense = make_tiny_model_dir(str(tmp_path / "dense4"), num_layers=4)
+    moe = make_tiny_model_dir(str(tmp_path / "moe"), family="qwen3-moe", num_layers=2)
+    out = str(tmp_path / "result.pt")
+    spawn_gloo_ranks(_run_layouts, WORLD, dense, moe, str(tmp_path), out)
+    result = torch.load(out)
+    for name in ("vpp_to_tp_sp", "ep_to_pp"):
+        saved, uninterrupted = result[f"{name}_saved"], result[f"{name}_uninterrupted"]
+        loaded, resumed = result[f"{name}_loaded"], result[f"{name}_resumed"]
+        assert loaded.keys() == saved.keys() and all(torch.equal(loaded[k], saved[k]) for k in saved), name
+        second_step = max((uninterrupted[k] - saved[k]).abs().max().item() for k in saved)
+        assert second_step > 1e-3, name
+        diff = max((resumed[k] - uninterrupted[k]).abs().max().item() for k in saved) / second_step
+        print(f"{name}: second update after the resume vs uninterrupted, relative to the step: {diff:.2e}")
+        assert diff < 1e-4, (name, diff)
