@@ -689,8 +689,9 @@ def test_megatron_virtual_pipeline_needs_equal_model_chunks():
 
 
 def test_megatron_moe_at_tensor_parallel_2_is_refused(tmp_path):
-    """Qwen3-MoE builds at tensor parallel 1 (any pipeline size); megatron-core's MoE layer will not train at
-    tensor parallel 2 without sequence parallelism, so that is refused with the key."""
+    """Qwen3-MoE builds at tensor parallel 1 (any pipeline size) and at tensor parallel 2 with sequence parallelism
+    (the default); megatron-core's MoE layer will not train at tensor parallel 2 without it, so that is refused with
+    the key."""
     from transformers import AutoConfig
 
     from verl.demo.tiny_model import make_tiny_model_dir
@@ -701,8 +702,16 @@ def test_megatron_moe_at_tensor_parallel_2_is_refused(tmp_path):
         ({"tensor_model_parallel_size": 1}, None),
         ({"pipeline_model_parallel_size": 2}, None),
         ({"expert_model_parallel_size": 2}, None),
-        ({"tensor_model_parallel_size": 2}, r"tensor_model_parallel_size=2 with a mixture-of-experts model"),
+        ({"tensor_model_parallel_size": 2}, None),  # sequence_parallel=True, the default
+        (
+            {"tensor_model_parallel_size": 2, "sequence_parallel": False},
+            r"tensor_model_parallel_size=2 with sequence_parallel=False and a mixture-of-experts model",
+        ),
         ({"expert_model_parallel_size": 3}, r"expert_model_parallel_size=3 must divide the model's routed experts"),
+        (
+            {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 2},
+            r"expert_model_parallel_size=2 with tensor_model_parallel_size=2",
+        ),
     ]
     for sizes, refusal in cases:
         config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})

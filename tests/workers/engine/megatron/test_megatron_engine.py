@@ -7,7 +7,8 @@ group dispatches) and the per-rank results are concatenated in rank order (as it
 
 Further cases on the same pattern: pipeline parallel 2 with two virtual stages per rank (a four-layer model), and a
 Qwen3-MoE model at pipeline parallel 2 and at expert parallel 2 (each rank two of the four experts; the two ranks run
-the same rows, the experts' tokens gathered by megatron-core's allgather dispatcher over gloo).
+the same rows, the experts' tokens gathered by megatron-core's allgather dispatcher over gloo), and at tensor parallel
+2 with sequence parallelism (the experts split over the two ranks).
 
 Log-probs (static and token-budget micro batches), entropy and reference log-probs must agree to 1e-4. In one PPO
 update (KL loss, entropy bonus, gradient clipping active) the gradients at the optimizer step, gathered to full
@@ -212,10 +213,10 @@ def exact_resume(worker, update, params, after: dict, ckpt: str) -> dict:
     }
 
 
-def _run(rank: int, model: str, tp: int, pp: int, vpp: int | None, ep: int, out: str, ckpt: str):
+def _run(rank: int, model: str, tp: int, pp: int, vpp: int | None, ep: int, out: str, ckpt: str, no_sp: bool):
     torch.set_num_threads(1)
     results = {"fsdp": _steps(rank, model, "fsdp2", 1, 1)}
-    if tp > 1:  # tensor parallelism without sequence parallelism, then with it (the YAML's default) and the checkpoint
+    if no_sp:  # tensor parallelism without sequence parallelism, then with it (the YAML's default) and the checkpoint
         results["megatron_no_sp"] = _steps(rank, model, "megatron", tp, pp, None, vpp, ep)
     results["megatron"] = _steps(rank, model, "megatron", tp, pp, ckpt, vpp, ep, sequence_parallel=tp > 1)
     if rank == 0:
@@ -293,21 +294,25 @@ def _assert_equals_fsdp(ref: dict, got: dict, label: str) -> None:
         (1, 2, 2, "qwen2-4layers"),
         (1, 2, None, "qwen3-moe"),
         (1, 1, None, "qwen3-moe-ep2"),
+        (2, 1, None, "qwen3-moe"),
     ],
-    ids=["tp2", "pp2", "pp2-vpp2", "pp2-qwen3-moe", "ep2-qwen3-moe"],
+    ids=["tp2", "pp2", "pp2-vpp2", "pp2-qwen3-moe", "ep2-qwen3-moe", "tp2-qwen3-moe"],
 )
 def test_megatron_worker_equals_fsdp(model, model4, moe_model, tmp_path, tp, pp, vpp, which):
     """(pp2-vpp2: virtual pipeline stages, layers 0 and 2 on stage 0 and 1 and 3 on stage 1, a micro batch going
     round the pipeline twice. pp2-qwen3-moe: a mixture of experts, megatron-core's router and experts against
-    transformers' under FSDP2, expert parallel 1.)"""
+    transformers' under FSDP2, expert parallel 1. tp2-qwen3-moe: the experts split over tensor parallel 2, with
+    sequence parallelism, which megatron-core's MoE layer needs there.)"""
     model = {"qwen2": model, "qwen2-4layers": model4, "qwen3-moe": moe_model, "qwen3-moe-ep2": moe_model}[which]
     ep = 2 if which.endswith("ep2") else 1
     out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
-    spawn_gloo_ranks(_run, WORLD, model, tp, pp, vpp, ep, out, ckpt)
+    # at TP=2 also without sequence parallelism, except for a mixture of experts (megatron-core's MoE layer needs it)
+    no_sp = tp > 1 and "moe" not in which
+    spawn_gloo_ranks(_run, WORLD, model, tp, pp, vpp, ep, out, ckpt, no_sp)
     results = torch.load(out)
     ref, got = results["fsdp"], results["megatron"]
     _assert_equals_fsdp(ref, got, f"tp={tp} pp={pp} vpp={vpp} ep={ep} sp={tp > 1}")
-    if tp > 1:
+    if no_sp:
         plain = results["megatron_no_sp"]
         assert got["sequence_parallel"] and not plain["sequence_parallel"]
         _assert_equals_fsdp(ref, plain, f"tp={tp} pp={pp} sp=False")
