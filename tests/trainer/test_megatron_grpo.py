@@ -105,7 +105,7 @@ def test_megatron_gae_two_steps_in_process(tmp_path):
     assert result["moved"] > 1e-4 and result["global_steps"] == 3, result  # the counter is past the 2 steps done
     for role in ("actor", "critic"):
         saved = tmp_path / "ckpt" / "global_step_2" / role
-        assert (saved / "model_world_size_1_rank_0.pt").is_file() and (saved / "megatron_config.json").is_file()
+        assert (saved / "dist_ckpt" / ".metadata").is_file() and (saved / "megatron_config.json").is_file()
 
 
 def _tp2_command_line(tmp_path, estimator: str, step_keys: tuple[str, ...], roles: tuple[str, ...]) -> None:
@@ -123,10 +123,9 @@ def _tp2_command_line(tmp_path, estimator: str, step_keys: tuple[str, ...], role
         f"custom_reward_function.path={write_reward_fn(tmp_path)}",
         "trainer.resume_mode=disable",
         "trainer.save_freq=2",
-        "actor_rollout_ref.ref.megatron.sequence_parallel=False",
     ]
-    for section in ("actor_rollout_ref.actor", "critic"):
-        overrides += [f"{section}.megatron.tensor_model_parallel_size=2", f"{section}.megatron.sequence_parallel=False"]
+    for section in ("actor_rollout_ref.actor", "critic"):  # sequence_parallel=True, the YAML's default, applies
+        overrides.append(f"{section}.megatron.tensor_model_parallel_size=2")
     result = run_main_ppo(overrides, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-4000:]
     steps = [s for s in parse_console_metrics(result.stdout) if "training/global_step" in s]
@@ -136,9 +135,11 @@ def _tp2_command_line(tmp_path, estimator: str, step_keys: tuple[str, ...], role
             assert math.isfinite(step[key]), key
     for role in roles:
         saved = tmp_path / "ckpt" / "global_step_2" / role
-        assert sorted(p.name for p in saved.glob("model_world_size_2_rank_*.pt")) == [
-            "model_world_size_2_rank_0.pt",
-            "model_world_size_2_rank_1.pt",
+        # megatron-core's distributed checkpoint, written by both ranks, and each rank's RNG states
+        assert len(list((saved / "dist_ckpt").glob("*.distcp"))) >= 2
+        assert sorted(p.name for p in saved.glob("extra_state_world_size_2_rank_*.pt")) == [
+            "extra_state_world_size_2_rank_0.pt",
+            "extra_state_world_size_2_rank_1.pt",
         ]
 
 
@@ -152,5 +153,7 @@ def test_megatron_command_line_tp2_on_two_ray_workers(tmp_path):
 def test_megatron_gae_command_line_tp2_on_two_ray_workers(tmp_path):
     keys = ("actor/pg_loss", "critic/vf_loss", "critic/grad_norm", "critic/values/mean")
     _tp2_command_line(tmp_path, "gae", keys, ("actor", "critic"))
-    head = torch.load(tmp_path / "ckpt" / "global_step_2" / "critic" / "model_world_size_2_rank_0.pt")
+    from verl.workers.engine.megatron.checkpoint import read_model_tensors
+
+    head = read_model_tensors(str(tmp_path / "ckpt" / "global_step_2" / "critic" / "dist_ckpt"))
     assert head["output_layer.weight"].shape == (1, 64)  # the critic's scalar head

@@ -1,9 +1,12 @@
-"""Merge the per-rank shards of a Megatron engine checkpoint (``global_step_N/actor``) into a Hugging Face model.
+"""Merge a Megatron engine checkpoint (``global_step_N/actor``) into a Hugging Face model.
 
-The checkpoint's ``megatron_config.json`` says which (tensor, pipeline, data) parallel coordinates each rank's
-``model_world_size_{W}_rank_{r}.pt`` holds; the shards of data-parallel replica 0 are merged stage by stage into HF
-names (:func:`verl.workers.engine.megatron.weights.merge_stage_shards`: pure torch, no megatron-core or GPU needed).
-Megatron's distributed-checkpoint layout (``use_dist_checkpointing``) is not read here.
+The checkpoint's ``dist_ckpt/`` is megatron-core's distributed-checkpoint layout, which stores every tensor in its
+global (unsharded) shape whatever the parallel sizes were (layers at their global numbers, so a virtual pipeline's
+model chunks need no reordering; experts at their global index, so expert-parallel ranks need no collecting): torch's
+distributed-checkpoint reader loads it in this process alone
+(:func:`verl.workers.engine.megatron.checkpoint.read_model_tensors`) and the converter renames it to HF
+(:func:`verl.workers.engine.megatron.weights.merge_stage_shards` at tensor parallel 1: pure torch, no megatron-core,
+process group or GPU needed).
 """
 
 from __future__ import annotations
@@ -21,28 +24,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["MegatronModelMerger"]
 
 
-def _chunk_state(state: dict, chunk: int) -> dict:
-    """Model chunk ``chunk``'s ``GPTModel`` state dict out of a virtual-pipeline stage's (keys ``"<chunk>.<key>"``)."""
-    prefix = f"{chunk}."
-    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-
-
-def _global_experts(state: dict, ep_rank: int) -> dict:
-    """The expert tensors of expert-parallel rank ``ep_rank``'s state dict, their local indices made global
-    (``ep_rank * n_local + i``; every rank holds ``n_local`` experts of each layer)."""
-    marker = ".mlp.experts.local_experts."
-    experts = {k: v for k, v in state.items() if marker in k}
-    n_local = len({k.split(marker)[1].split(".")[0] for k in experts if ".layers.0." in k}) or 1
-    renamed = {}
-    for key, value in experts.items():
-        head, rest = key.split(marker)
-        index, tail = rest.split(".", 1)
-        renamed[f"{head}{marker}{ep_rank * n_local + int(index)}.{tail}"] = value
-    return renamed
-
-
 class MegatronModelMerger(BaseModelMerger):
-    """``--backend megatron``: the engine's per-rank checkpoint into one HF state dict."""
+    """``--backend megatron``: the engine's distributed checkpoint into one HF state dict."""
 
     def __init__(self, config: ModelMergerConfig):
         super().__init__(config)
@@ -53,43 +36,20 @@ class MegatronModelMerger(BaseModelMerger):
                 "folder such as .../global_step_N/actor"
             )
         with open(path) as f:
-            self.layout = json.load(f)
+            self.layout = json.load(f)  # the sizes it was saved at (the merge does not need them)
 
     def load_merged_state_dict(self) -> dict[str, torch.Tensor]:
-        """The full HF-named state dict (stages in order, each from its tensor-parallel ranks of replica 0)."""
+        """The full HF-named state dict, from the checkpoint's ``dist_ckpt/`` (every tensor stored unsharded)."""
+        from verl.workers.engine.megatron.checkpoint import DIST_CKPT_DIR, read_model_tensors
         from verl.workers.engine.megatron.weights import merge_stage_shards
 
-        layout = self.layout
-        world, tp = layout["world_size"], layout["tensor_model_parallel_size"]
-        pp = layout["pipeline_model_parallel_size"]
-        vpp = layout.get("virtual_pipeline_model_parallel_size")  # model chunks per stage; None: one GPTModel
-        ep = layout.get("expert_model_parallel_size", 1)  # expert-parallel rank r's files hold experts r * n_local...
-        ranks = {
-            (c["pp_rank"], c["tp_rank"], c.get("ep_rank", 0)): r
-            for r, c in enumerate(layout["ranks"])
-            if c.get("edp_rank", c["dp_rank"]) == 0
-        }
-
-        def load(stage: int, t: int, e: int) -> dict:
-            name = f"model_world_size_{world}_rank_{ranks[(stage, t, e)]}.pt"
-            return torch.load(os.path.join(self.config.local_dir, name), map_location="cpu", weights_only=False)
-
-        merged: dict[str, torch.Tensor] = {}
-        for stage in range(pp):
-            stage_shards = []
-            for t in range(tp):
-                shard = load(stage, t, 0)
-                for e in range(1, ep):
-                    shard.update(_global_experts(load(stage, t, e), e))
-                stage_shards.append(shard)
-            for chunk in range(vpp or 1):
-                shards = stage_shards if vpp is None else [_chunk_state(s, chunk) for s in stage_shards]
-                # virtual stage chunk * pp + stage holds the layers after those of the virtual stages before it
-                first = chunk * pp + stage if vpp else stage
-                layers_per_chunk = self.model_config.num_hidden_layers // (pp * (vpp or 1))
-                offset = first * layers_per_chunk
-                merged.update(merge_stage_shards(shards, self.model_config, offset))
-        return merged
+        dist_dir = os.path.join(self.config.local_dir, DIST_CKPT_DIR)
+        if not os.path.isdir(dist_dir):
+            raise FileNotFoundError(
+                f"no {DIST_CKPT_DIR}/ in {self.config.local_dir!r}: not a checkpoint of the Megatron engine's "
+                "distributed layout (megatron_config.json says how it was saved)"
+            )
+        return merge_stage_shards([read_model_tensors(dist_dir)], self.model_config, layer_offset=0)
 
     def _in_memory_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``state`` (the checkpoint's names) in the names of the transformers model it builds: transformers >= 5

@@ -598,7 +598,8 @@ def _megatron_grpo(base_cfg, **updates):
 
 def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
     """A critic-free estimator needs no Megatron critic. ppo_megatron_trainer.yaml's defaults pass at one or two
-    data-parallel replicas (the distributed optimizer included); tp=2 needs sequence_parallel=False."""
+    data-parallel replicas (the distributed optimizer included); tp=2 with and without sequence parallelism (the
+    YAML's default is sequence_parallel=True)."""
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     check_ppo_config(_megatron_grpo(base_cfg, trainer__n_gpus_per_node=1))
     check_ppo_config(_megatron_grpo(base_cfg))
@@ -614,22 +615,20 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             actor_rollout_ref__ref__megatron__sequence_parallel=False,
         )
     )
+    tp2 = {f"actor_rollout_ref__{s}__megatron__tensor_model_parallel_size": 2 for s in ("actor", "ref")}
+    check_ppo_config(_megatron_grpo(base_cfg, **tp2))  # sequence_parallel=True, the YAML's default
+    check_ppo_config(
+        _megatron_grpo(base_cfg, algorithm__adv_estimator="gae", critic__megatron__tensor_model_parallel_size=2)
+    )
 
 
 @pytest.mark.parametrize(
     "updates, message",
     [
         (
-            {"algorithm__adv_estimator": "gae", "critic__megatron__tensor_model_parallel_size": 2},
-            "critic.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
-        ),
-        (
             {"reward_model__enable": True, "reward_model__megatron__use_dist_checkpointing": True},
-            "reward_model.megatron.use_dist_checkpointing=True (start from a Megatron distributed checkpoint",
-        ),
-        (
-            {"actor_rollout_ref__actor__megatron__tensor_model_parallel_size": 2},
-            "actor_rollout_ref.actor.megatron.sequence_parallel=True with tensor_model_parallel_size=2",
+            "reward_model.megatron.use_dist_checkpointing=True starts the model from the megatron-core distributed "
+            "checkpoint at reward_model.megatron.dist_checkpointing_path, which is not set",
         ),
         (
             {"actor_rollout_ref__actor__megatron__context_parallel_size": 2},
@@ -664,7 +663,7 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
         ),
     ],
     ids=[
-        *("critic-sp", "rm-dist-ckpt", "sp", "cp"),
+        *("rm-dist-ckpt", "cp"),
         *("cuda", "ulysses", "layers", "vpp-without-pp", "ep-dist-opt", "ep-dense"),
     ],
 )
@@ -690,8 +689,9 @@ def test_megatron_virtual_pipeline_needs_equal_model_chunks():
 
 
 def test_megatron_moe_at_tensor_parallel_2_is_refused(tmp_path):
-    """Qwen3-MoE builds at tensor parallel 1 (any pipeline size); megatron-core's MoE layer will not train at
-    tensor parallel 2 without sequence parallelism, so that is refused with the key."""
+    """Qwen3-MoE builds at tensor parallel 1 (any pipeline size) and at tensor parallel 2 with sequence parallelism
+    (the default); megatron-core's MoE layer will not train at tensor parallel 2 without it, so that is refused with
+    the key."""
     from transformers import AutoConfig
 
     from verl.demo.tiny_model import make_tiny_model_dir
@@ -702,8 +702,16 @@ def test_megatron_moe_at_tensor_parallel_2_is_refused(tmp_path):
         ({"tensor_model_parallel_size": 1}, None),
         ({"pipeline_model_parallel_size": 2}, None),
         ({"expert_model_parallel_size": 2}, None),
-        ({"tensor_model_parallel_size": 2}, r"tensor_model_parallel_size=2 with a mixture-of-experts model"),
+        ({"tensor_model_parallel_size": 2}, None),  # sequence_parallel=True, the default
+        (
+            {"tensor_model_parallel_size": 2, "sequence_parallel": False},
+            r"tensor_model_parallel_size=2 with sequence_parallel=False and a mixture-of-experts model",
+        ),
         ({"expert_model_parallel_size": 3}, r"expert_model_parallel_size=3 must divide the model's routed experts"),
+        (
+            {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 2},
+            r"expert_model_parallel_size=2 with tensor_model_parallel_size=2",
+        ),
     ]
     for sizes, refusal in cases:
         config = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "megatron", "megatron": sizes}}})

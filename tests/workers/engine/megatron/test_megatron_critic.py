@@ -61,7 +61,7 @@ def _config(models: dict, strategy: str, tp: int, pp: int, critic_path: str | No
                 f"{role}.megatron.tensor_model_parallel_size={tp}",
                 f"{role}.megatron.pipeline_model_parallel_size={pp}",
                 f"{role}.megatron.virtual_pipeline_model_parallel_size={vpp or 'null'}",
-                f"{role}.megatron.sequence_parallel=False",
+                f"{role}.megatron.sequence_parallel={tp > 1}",  # the YAML default, where it applies
                 f"{role}.megatron.use_distributed_optimizer=False",
             ]
         overrides.append("critic.checkpoint.save_contents=[model,optimizer,extra,hf_model]")
@@ -168,7 +168,7 @@ def test_megatron_critic_and_rm_equal_fsdp(models, models4, tmp_path, tp, pp, vp
     # checkpoint: restored exactly, and the update after the resume equals the uninterrupted one
     assert {"score.weight", "score.bias"} <= set(got["after"])
     assert got["second_moved"] > 1e-4 and got["restored_exact"] and got["resumed_exact"], got
-    # the checkpoint's huggingface/ folder, and the model merger's from the per-rank shards, are HF token-
+    # the checkpoint's huggingface/ folder, and the model merger's from dist_ckpt/, are HF token-
     # classification models of the saved critic
     from transformers import AutoModelForTokenClassification
 

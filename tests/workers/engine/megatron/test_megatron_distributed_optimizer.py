@@ -5,7 +5,7 @@ The Megatron critic is trained twice with and twice without the distributed opti
 data parallel 2 (each rank steps half of the flattened parameters) and at tensor parallel 2 (one replica: the global
 norm counts each tensor-parallel duplicate once, here through the slice). Two updates each (the second one reads the
 Adam moments of the first); the gradient norms, values and parameters must agree to float rounding. A checkpoint of the
-sharded optimizer (per-rank slice state) resumes exactly.
+sharded optimizer (its slices gathered per parameter into the distributed checkpoint) resumes exactly.
 """
 
 from __future__ import annotations

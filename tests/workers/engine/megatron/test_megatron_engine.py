@@ -7,7 +7,8 @@ group dispatches) and the per-rank results are concatenated in rank order (as it
 
 Further cases on the same pattern: pipeline parallel 2 with two virtual stages per rank (a four-layer model), and a
 Qwen3-MoE model at pipeline parallel 2 and at expert parallel 2 (each rank two of the four experts; the two ranks run
-the same rows, the experts' tokens gathered by megatron-core's allgather dispatcher over gloo).
+the same rows, the experts' tokens gathered by megatron-core's allgather dispatcher over gloo), and at tensor parallel
+2 with sequence parallelism (the experts split over the two ranks).
 
 Log-probs (static and token-budget micro batches), entropy and reference log-probs must agree to 1e-4. In one PPO
 update (KL loss, entropy bonus, gradient clipping active) the gradients at the optimizer step, gathered to full
@@ -20,7 +21,9 @@ filled by the hand-off, must hold the Megatron parameters exactly.
 
 A checkpoint saved after the update restores them exactly, the next update after that resume equals the
 uninterrupted one bit for bit, and its ``huggingface/`` folder loads in transformers with the same weights, as does
-the folder the model merger (``--backend megatron``) writes from the per-rank shards.
+the folder the model merger (``--backend megatron``) writes from its ``dist_ckpt/`` (megatron-core's layout).
+At tensor parallel 2 the worker runs both without and with sequence parallelism (the YAML's default), which must
+agree with each other to 1e-5.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from tests.workers.gpu_actor_steps import PROMPT_LEN, RESPONSE_LEN, rollout_batc
 WORLD = 2
 
 
-def _config(model: str, strategy: str, tp: int, pp: int, vpp: int | None = None, ep: int = 1):
+def _config(
+    model: str, strategy: str, tp: int, pp: int, vpp: int | None = None, ep: int = 1, sequence_parallel: bool = False
+):
     from tests.trainer.ppo_e2e_utils import compose_config
 
     overrides = [
@@ -62,7 +67,7 @@ def _config(model: str, strategy: str, tp: int, pp: int, vpp: int | None = None,
         overrides += [
             f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp}",
             f"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={pp}",
-            "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+            f"actor_rollout_ref.actor.megatron.sequence_parallel={sequence_parallel}",
             "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False",
             f"actor_rollout_ref.ref.megatron.tensor_model_parallel_size={tp}",
             f"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size={pp}",
@@ -70,7 +75,7 @@ def _config(model: str, strategy: str, tp: int, pp: int, vpp: int | None = None,
             f"actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size={vpp or 'null'}",
             f"actor_rollout_ref.actor.megatron.expert_model_parallel_size={ep}",
             f"actor_rollout_ref.ref.megatron.expert_model_parallel_size={ep}",
-            "actor_rollout_ref.ref.megatron.sequence_parallel=False",
+            f"actor_rollout_ref.ref.megatron.sequence_parallel={sequence_parallel}",
             "actor_rollout_ref.ref.megatron.use_distributed_optimizer=False",
         ]
     config_name = "ppo_megatron_trainer" if strategy == "megatron" else "ppo_trainer"
@@ -139,10 +144,21 @@ def _full_params(worker) -> dict[str, torch.Tensor]:
     return _checkpoint_names(engine.module, full)
 
 
-def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | None = None, vpp=None, ep=1) -> dict:
+def _steps(
+    rank: int,
+    model: str,
+    strategy: str,
+    tp: int,
+    pp: int,
+    ckpt: str | None = None,
+    vpp=None,
+    ep=1,
+    sequence_parallel: bool = False,
+) -> dict:
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
-    worker = ActorRolloutRefWorker(_config(model, strategy, tp, pp, vpp, ep), role="actor_rollout_ref")
+    config = _config(model, strategy, tp, pp, vpp, ep, sequence_parallel)
+    worker = ActorRolloutRefWorker(config, role="actor_rollout_ref")
     worker.init_model()
     full = rollout_batch(vocab=worker.hf_config.vocab_size, seed=3)
     shard = full.chunk(WORLD)[rank]
@@ -167,13 +183,15 @@ def _steps(rank: int, model: str, strategy: str, tp: int, pp: int, ckpt: str | N
     result["pg_loss"] = metrics["actor/pg_loss"]
     result["after"] = _full_params(worker)
     if strategy == "megatron":  # the HF rollout's own model, filled by the hand-off
+        result["sequence_parallel"] = worker.actor_engine.module.config.sequence_parallel
         module, handoff = worker.actor_engine.hf_rollout_module()
         with handoff:
             result["rollout"] = _checkpoint_names(
                 module, {k: v.detach().clone() for k, v in module.state_dict().items()}
             )
         update = lambda: worker.update_actor(full.chunk(WORLD)[rank])  # noqa: E731
-        result.update(exact_resume(worker, update, lambda: _full_params(worker), result["after"], ckpt))
+        if ckpt is not None:
+            result.update(exact_resume(worker, update, lambda: _full_params(worker), result["after"], ckpt))
     return result
 
 
@@ -195,12 +213,14 @@ def exact_resume(worker, update, params, after: dict, ckpt: str) -> dict:
     }
 
 
-def _run(rank: int, model: str, tp: int, pp: int, vpp: int | None, ep: int, out: str, ckpt: str):
+def _run(rank: int, model: str, tp: int, pp: int, vpp: int | None, ep: int, out: str, ckpt: str, no_sp: bool):
     torch.set_num_threads(1)
-    baseline = _steps(rank, model, "fsdp2", 1, 1)
-    megatron = _steps(rank, model, "megatron", tp, pp, ckpt, vpp, ep)
+    results = {"fsdp": _steps(rank, model, "fsdp2", 1, 1)}
+    if no_sp:  # tensor parallelism without sequence parallelism, then with it (the YAML's default) and the checkpoint
+        results["megatron_no_sp"] = _steps(rank, model, "megatron", tp, pp, None, vpp, ep)
+    results["megatron"] = _steps(rank, model, "megatron", tp, pp, ckpt, vpp, ep, sequence_parallel=tp > 1)
     if rank == 0:
-        torch.save({"fsdp": baseline, "megatron": megatron}, out)
+        torch.save(results, out)
 
 
 @pytest.fixture(scope="module")
@@ -227,29 +247,13 @@ def moe_model(tmp_path_factory):
     return make_tiny_model_dir(str(root / "moe"), family="qwen3-moe", num_layers=2)
 
 
-@pytest.mark.parametrize(
-    "tp, pp, vpp, which",
-    [
-        (2, 1, None, "qwen2"),
-        (1, 2, None, "qwen2"),
-        (1, 2, 2, "qwen2-4layers"),
-        (1, 2, None, "qwen3-moe"),
-        (1, 1, None, "qwen3-moe-ep2"),
-    ],
-    ids=["tp2", "pp2", "pp2-vpp2", "pp2-qwen3-moe", "ep2-qwen3-moe"],
-)
-def test_megatron_worker_equals_fsdp(model, model4, moe_model, tmp_path, tp, pp, vpp, which):
-    """(pp2-vpp2: virtual pipeline stages, layers 0 and 2 on stage 0 and 1 and 3 on stage 1, a micro batch going
-    round the pipeline twice. pp2-qwen3-moe: a mixture of experts, megatron-core's router and experts against
-    transformers' under FSDP2, expert parallel 1.)"""
-    model = {"qwen2": model, "qwen2-4layers": model4, "qwen3-moe": moe_model, "qwen3-moe-ep2": moe_model}[which]
-    ep = 2 if which.endswith("ep2") else 1
-    out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
-    spawn_gloo_ranks(_run, WORLD, model, tp, pp, vpp, ep, out, ckpt)
-    results = torch.load(out)
-    ref, got = results["fsdp"], results["megatron"]
+_KEYS = ("old_log_probs", "entropys", "ref_log_prob", "dynamic_log_probs")
+
+
+def _assert_equals_fsdp(ref: dict, got: dict, label: str) -> None:
+    """``got`` (a Megatron run) against ``ref`` (FSDP2), to the tolerances of the module's docstring."""
     mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
-    keys = ("old_log_probs", "entropys", "ref_log_prob", "dynamic_log_probs")
+    keys = _KEYS
     diffs = {key: (got[key] - ref[key])[mask].abs().max().item() for key in keys}
     assert set(got["before"]) == set(ref["before"]) and all(
         torch.equal(got["before"][k], ref["before"][k]) for k in ref["before"]
@@ -273,13 +277,54 @@ def test_megatron_worker_equals_fsdp(model, model4, moe_model, tmp_path, tp, pp,
     diffs["params_rel_signal"] = max(r for k, r in rel.items() if signal[k].any())
     diffs["grad_norm"] = abs(got["grad_norm"][0] - ref["grad_norm"][0]) / ref["grad_norm"][0]
     diffs["pg_loss"] = abs(got["pg_loss"][0] - ref["pg_loss"][0])
-    print(f"tp={tp} pp={pp} vpp={vpp} ep={ep} megatron vs fsdp2:", diffs)
+    print(f"{label} megatron vs fsdp2:", diffs)
     for key in (*keys, "pg_loss"):
         assert diffs[key] < 1e-4, (key, diffs[key])
     assert diffs["grads"] < 1e-5 and diffs["grad_norm"] < 1e-5 and diffs["params"] < 0.05, diffs
     assert diffs["params_rel"] < 2e-5 and diffs["params_rel_signal"] < 1e-5, diffs
     rollout = got["rollout"]
     assert all(torch.equal(rollout[k], got["after"][k]) for k in got["after"])
+
+
+@pytest.mark.parametrize(
+    "tp, pp, vpp, which",
+    [
+        (2, 1, None, "qwen2"),
+        (1, 2, None, "qwen2"),
+        (1, 2, 2, "qwen2-4layers"),
+        (1, 2, None, "qwen3-moe"),
+        (1, 1, None, "qwen3-moe-ep2"),
+        (2, 1, None, "qwen3-moe"),
+    ],
+    ids=["tp2", "pp2", "pp2-vpp2", "pp2-qwen3-moe", "ep2-qwen3-moe", "tp2-qwen3-moe"],
+)
+def test_megatron_worker_equals_fsdp(model, model4, moe_model, tmp_path, tp, pp, vpp, which):
+    """(pp2-vpp2: virtual pipeline stages, layers 0 and 2 on stage 0 and 1 and 3 on stage 1, a micro batch going
+    round the pipeline twice. pp2-qwen3-moe: a mixture of experts, megatron-core's router and experts against
+    transformers' under FSDP2, expert parallel 1. tp2-qwen3-moe: the experts split over tensor parallel 2, with
+    sequence parallelism, which megatron-core's MoE layer needs there.)"""
+    model = {"qwen2": model, "qwen2-4layers": model4, "qwen3-moe": moe_model, "qwen3-moe-ep2": moe_model}[which]
+    ep = 2 if which.endswith("ep2") else 1
+    out, ckpt = str(tmp_path / "result.pt"), str(tmp_path / "global_step_1" / "actor")
+    # at TP=2 also without sequence parallelism, except for a mixture of experts (megatron-core's MoE layer needs it)
+    no_sp = tp > 1 and "moe" not in which
+    spawn_gloo_ranks(_run, WORLD, model, tp, pp, vpp, ep, out, ckpt, no_sp)
+    results = torch.load(out)
+    ref, got = results["fsdp"], results["megatron"]
+    _assert_equals_fsdp(ref, got, f"tp={tp} pp={pp} vpp={vpp} ep={ep} sp={tp > 1}")
+    if no_sp:
+        plain = results["megatron_no_sp"]
+        assert got["sequence_parallel"] and not plain["sequence_parallel"]
+        _assert_equals_fsdp(ref, plain, f"tp={tp} pp={pp} sp=False")
+        mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
+        sp_diffs = {key: (got[key] - plain[key])[mask].abs().max().item() for key in _KEYS}
+        largest = max(g.abs().max().item() for g in plain["grads"].values())
+        sp_diffs["grads"] = max((got["grads"][k] - g).abs().max().item() for k, g in plain["grads"].items()) / largest
+        sp_diffs["params"] = max(
+            ((got["after"][k] - p).abs().max() / p.abs().max()).item() for k, p in plain["after"].items()
+        )
+        print("sequence parallel vs not:", sp_diffs)
+        assert all(value < 1e-5 for value in sp_diffs.values()), sp_diffs
     # checkpoint: restored exactly, and the update after the resume equals the uninterrupted one
     assert got["second_moved"] > 1e-4 and got["restored_exact"] and got["resumed_exact"], got
     # the checkpoint's huggingface/ folder is an HF model of the saved weights
@@ -288,7 +333,7 @@ def test_megatron_worker_equals_fsdp(model, model4, moe_model, tmp_path, tp, pp,
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "global_step_1" / "actor" / "huggingface"))
     hf_state = _checkpoint_names(hf, hf.state_dict())
     assert set(got["after"]) <= set(hf_state) and all(torch.equal(hf_state[n], t) for n, t in got["after"].items())
-    # the model merger rebuilds the same HF model from the per-rank shards alone (no process group)
+    # the model merger rebuilds the same HF model from dist_ckpt/ alone (no process group)
     from verl.model_merger import main as merge
 
     target = tmp_path / "merged"
@@ -296,3 +341,43 @@ def test_megatron_worker_equals_fsdp(model, model4, moe_model, tmp_path, tp, pp,
     merged_model = AutoModelForCausalLM.from_pretrained(str(target))
     merged = _checkpoint_names(merged_model, merged_model.state_dict())
     assert set(got["after"]) <= set(merged) and all(torch.equal(merged[n], t) for n, t in got["after"].items())
+
+
+def _tp_pp_sequence_parallel(rank: int, model: str, out: str) -> None:
+    """Four ranks at TP=2 x PP=2: the actor's log-probs and one update without and with sequence parallelism (the
+    stages then exchange each rank's share of the positions)."""
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
+
+    torch.set_num_threads(1)
+    results = {}
+    for sequence_parallel in (False, True):
+        config = _config(model, "megatron", 2, 2, sequence_parallel=sequence_parallel)
+        worker = ActorRolloutRefWorker(config, role="actor")
+        worker.init_model()
+        full = rollout_batch(vocab=worker.hf_config.vocab_size, seed=3)
+        parts = [None] * 4
+        dist.all_gather_object(parts, worker.compute_log_prob(full.chunk(4)[rank]).batch["old_log_probs"])
+        full.batch["old_log_probs"] = full.batch["ref_log_prob"] = torch.cat(parts)
+        before = _full_params(worker)
+        worker.update_actor(full.chunk(4)[rank])
+        results[sequence_parallel] = {
+            "log_probs": torch.cat(parts),
+            "before": before,
+            "after": _full_params(worker),
+            "flag": worker.actor_engine.module.config.sequence_parallel,
+        }
+    if rank == 0:
+        torch.save(results, out)
+
+
+@pytest.mark.slow
+def test_sequence_parallel_with_pipeline_stages_equals_without(model, tmp_path):
+    out = str(tmp_path / "result.pt")
+    spawn_gloo_ranks(_tp_pp_sequence_parallel, 4, model, out)
+    plain, split = (torch.load(out)[flag] for flag in (False, True))
+    assert split["flag"] and not plain["flag"]
+    mask = rollout_batch(vocab=200, seed=3).batch["attention_mask"][:, PROMPT_LEN:].bool()
+    assert (split["log_probs"] - plain["log_probs"])[mask].abs().max() < 1e-5
+    moved = max((plain["after"][k] - plain["before"][k]).abs().max().item() for k in plain["after"])
+    diff = max((split["after"][k] - p).abs().max().item() for k, p in plain["after"].items())
+    assert moved > 1e-3 and diff / moved < 1e-5, (diff, moved)

@@ -22,11 +22,11 @@ from verl.workers.engine.megatron.cpu_shims import CPURNGStatesTracker, cpu_curr
 TOLERANCE = 1e-4
 
 
-def _batch(vocab_size: int, seed: int = 0):
-    """Three left-padded rows of 12 tokens, the last 5 the response."""
+def _batch(vocab_size: int, seed: int = 0, length: int = 12):
+    """Three left-padded rows of ``length`` tokens, the last 5 the response."""
     g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(0, vocab_size, (3, 12), generator=g)
-    attention_mask = torch.ones(3, 12, dtype=torch.long)
+    input_ids = torch.randint(0, vocab_size, (3, length), generator=g)
+    attention_mask = torch.ones(3, length, dtype=torch.long)
     attention_mask[0, :4] = 0
     attention_mask[1, :2] = 0
     attention_mask[2, -1] = 0  # a right-padded response too
@@ -34,7 +34,9 @@ def _batch(vocab_size: int, seed: int = 0):
     return input_ids, attention_mask, position_ids
 
 
-def _compare_with_transformers(rank: int, path: str, tp: int, out_dir: str, check_grads: bool = False) -> None:
+def _compare_with_transformers(
+    rank: int, path: str, tp: int, out_dir: str, check_grads: bool = False, sequence_parallel: bool = False
+) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from verl.utils.torch_functional import logprobs_from_logits
@@ -49,10 +51,12 @@ def _compare_with_transformers(rank: int, path: str, tp: int, out_dir: str, chec
 
     init_model_parallel(tp, 1, seed=1)
     hf_config = AutoConfig.from_pretrained(path)
-    model = build_gpt_model(hf_config, transformer_config(hf_config, tp_size=tp)).eval()
+    tf_config = transformer_config(hf_config, tp_size=tp, sequence_parallel=sequence_parallel)
+    model = build_gpt_model(hf_config, tf_config).eval()
     load_hf_weights(model, hf_config, path)
     reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    input_ids, attention_mask, position_ids = _batch(hf_config.vocab_size)
+    length = 11 if sequence_parallel else 12  # under sequence parallelism: padded to 12, the padding cut off
+    input_ids, attention_mask, position_ids = _batch(hf_config.vocab_size, length=length)
     with torch.no_grad():
         logits = gpt_logits(model, input_ids, attention_mask, position_ids)
         expected = reference(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
@@ -80,7 +84,8 @@ def _compare_with_transformers(rank: int, path: str, tp: int, out_dir: str, chec
     shards = [None] * tp
     torch.distributed.all_gather_object(shards, model.state_dict())
     merged = merge_stage_shards(shards, hf_config, layer_offset=0)
-    result = {"grads": _grads_against_transformers(model, reference, hf_config) if check_grads else 0.0}
+    grads = _grads_against_transformers(model, reference, hf_config, length) if check_grads else 0.0
+    result = {"grads": grads}
     result |= {
         "merged_exact": set(merged) == set(names) and all(torch.equal(t, reader.get(n)) for n, t in merged.items()),
         "logits": (logits - expected)[valid].abs().max().item(),
@@ -92,18 +97,19 @@ def _compare_with_transformers(rank: int, path: str, tp: int, out_dir: str, chec
         json.dump(result, f)
 
 
-def _grads_against_transformers(model, reference, hf_config) -> float:
+def _grads_against_transformers(model, reference, hf_config, length: int) -> float:
     """Largest difference of the gradients of the responses' log-probs (after the engine's sum of partial
     gradients over tensor parallelism, gathered to HF names) from transformers', relative to its largest."""
     from verl.utils.torch_functional import logprobs_from_logits
     from verl.workers.engine.megatron.model import gpt_logits, sum_partial_gradients
     from verl.workers.engine.megatron.weights import iter_hf_weights
 
-    input_ids, attention_mask, position_ids = _batch(hf_config.vocab_size)
+    input_ids, attention_mask, position_ids = _batch(hf_config.vocab_size, length=length)
     responses, valid = input_ids[:, -5:], attention_mask[:, -5:].bool()
     logits = gpt_logits(model, input_ids, attention_mask, position_ids)
     expected = reference(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logprobs_from_logits(logits[:, -6:-1], responses)[valid].sum().backward()
+    with cpu_current_device():  # the backward of megatron-core's sequence-parallel linears allocates there
+        logprobs_from_logits(logits[:, -6:-1], responses)[valid].sum().backward()
     logprobs_from_logits(expected[:, -6:-1], responses)[valid].sum().backward()
     sum_partial_gradients(model)
     data = {p: p.data for p in model.parameters()}
@@ -121,9 +127,16 @@ def _grads_against_transformers(model, reference, hf_config) -> float:
     return max((grads[n] - reference_grads[n]).abs().max().item() for n in grads) / largest
 
 
-def _run(tmp_path, tp: int, path: str | None = None, check_grads: bool = False, **model_kwargs) -> list[dict]:
+def _run(
+    tmp_path,
+    tp: int,
+    path: str | None = None,
+    check_grads: bool = False,
+    sequence_parallel: bool = False,
+    **model_kwargs,
+) -> list[dict]:
     path = path or make_tiny_model_dir(str(tmp_path / "model"), **model_kwargs)
-    spawn_gloo_ranks(_compare_with_transformers, tp, path, tp, str(tmp_path), check_grads)
+    spawn_gloo_ranks(_compare_with_transformers, tp, path, tp, str(tmp_path), check_grads, sequence_parallel)
     from safetensors import safe_open
 
     with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
@@ -163,6 +176,12 @@ def test_qwen3_qk_norm_tp2_equals_transformers_and_round_trips(tmp_path):
     save_file(state, weights_file, metadata={"format": "pt"})
     results = _run(tmp_path, tp=2, path=path, check_grads=True)  # the q/k norms' gradients summed over both ranks
     assert set(norms) <= set(results[0]["names"])
+
+
+def test_qwen2_tp2_sequence_parallel_equals_transformers(tmp_path):
+    """Sequence parallelism at TP=2 on an odd length (11, padded to 12 and cut back): logits, log-probs and the
+    gradients (the norms' partial gradients summed over both ranks) against transformers."""
+    _run(tmp_path, tp=2, check_grads=True, sequence_parallel=True, model_type="qwen2", tie_word_embeddings=True)
 
 
 def test_llama_with_llama3_rope_scaling_equals_transformers(tmp_path):
@@ -206,14 +225,16 @@ def test_cpu_current_device_names_the_cpu_only_inside_the_block():
         pytest.skip("the cover is a no-op with CUDA")
     from megatron.core.utils import GlobalMemoryBuffer
 
-    original, original_cuda = torch.cuda.current_device, torch.Tensor.cuda
+    original, original_cuda, original_sync = torch.cuda.current_device, torch.Tensor.cuda, torch.cuda.synchronize
     x = torch.arange(6.0).reshape(2, 3)
     with cpu_current_device():
         buffer = GlobalMemoryBuffer().get_tensor((2, 3), torch.float32, "t")
         buffer.copy_(x)
         moved = x.cuda()
+        torch.cuda.synchronize()  # the checkpoint writer's wait after its host copies: nothing to wait for
     assert buffer.device.type == "cpu" and torch.equal(buffer, x) and moved is x
     assert torch.cuda.current_device is original and torch.Tensor.cuda is original_cuda  # restored
+    assert torch.cuda.synchronize is original_sync
 
 
 def test_rotary_embedding_under_the_cover_equals_the_formula():

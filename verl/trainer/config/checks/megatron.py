@@ -131,14 +131,21 @@ def check_megatron_model(config, hf_config, path_key: str, section: str = "actor
             f"{section}.megatron.pipeline_model_parallel_size={pp} must divide the model's "
             f"{hf_config.num_hidden_layers} layers ({path_key})"
         )
-    if num_experts(hf_config) and tp > 1:
+    if num_experts(hf_config) and tp > 1 and not settings.sequence_parallel:
+        # measured with megatron-core 0.16.1: its MoE layer raises at tensor parallel > 1 without sequence parallelism
         raise ConfigError(
-            f"{section}.megatron.tensor_model_parallel_size={tp} with a mixture-of-experts model ({path_key}): "
-            "megatron-core's MoE layer refuses to train at tensor parallel > 1 without sequence_parallel, which "
-            f"this engine does not run; set {section}.megatron.tensor_model_parallel_size=1 (pipeline parallelism "
-            "works) or strategy=fsdp2"
+            f"{section}.megatron.tensor_model_parallel_size={tp} with sequence_parallel=False and a mixture-of-experts "
+            f"model ({path_key}): megatron-core's MoE layer trains at tensor parallel > 1 only with sequence "
+            f"parallelism; set {section}.megatron.sequence_parallel=True (the YAML's default) or "
+            f"{section}.megatron.tensor_model_parallel_size=1"
         )
     ep = settings.expert_model_parallel_size
+    if num_experts(hf_config) and tp > 1 and ep > 1:
+        raise ConfigError(
+            f"{section}.megatron.expert_model_parallel_size={ep} with tensor_model_parallel_size={tp} ({path_key}): "
+            "experts split over both tensor- and expert-parallel ranks are not tested in this engine yet; set one "
+            "of them to 1"
+        )
     if ep > 1 and (not num_experts(hf_config) or num_experts(hf_config) % ep):
         raise ConfigError(
             f"{section}.megatron.expert_model_parallel_size={ep} must divide the model's routed experts "

@@ -8,6 +8,10 @@ chunks of that group first and hands each rank its own rows' results back afterw
 Ulysses group. Every tensor-parallel rank ends with the full (gathered) logits; only the last pipeline stage has
 them, and it broadcasts the results to the other stages.
 
+Sequence parallelism (``sequence_parallel``, verl's default, at TP > 1) is megatron-core's own too: each micro batch
+is padded on the right to a multiple of the tensor-parallel size, the stages exchange this rank's share of the
+positions, and the padding is cut from the outputs (:mod:`verl.workers.engine.megatron.model`).
+
 Gradients: tensor parallelism is megatron-core's own (its layers reduce across the group in forward and backward);
 across data-parallel replicas the engine averages the gradients with one all-reduce per update, and with tied
 embeddings over pipeline stages it sums the two copies' gradients (first and last stage). Clipping uses the global
@@ -182,12 +186,17 @@ class MegatronEngine(TrainingEngine):
             tp_size=settings.tensor_model_parallel_size,
             pp_size=settings.pipeline_model_parallel_size,
             dtype=dtype,
+            sequence_parallel=settings.sequence_parallel,
             vpp_size=vpp,
             **({"expert_model_parallel_size": ep} if ep > 1 else {}),
             **overrides,
         )
         model = build_model_chunks(files.hf_config, tf_config, scalar_head=kind != "policy", seed=settings.seed)
-        if _section_flag(section, "load_weight", True):
+        if settings.use_dist_checkpointing:  # start from a megatron-core distributed checkpoint, at any sizes
+            from verl.workers.engine.megatron.checkpoint import load_model_from_dist_checkpoint
+
+            load_model_from_dist_checkpoint(model, settings.dist_checkpointing_path)
+        elif _section_flag(section, "load_weight", True):
             load_hf_weights(model, files.hf_config, files.local_path)
         optimizer = lr_scheduler = sharded = None
         if trainable and settings.use_distributed_optimizer:
@@ -222,15 +231,23 @@ class MegatronEngine(TrainingEngine):
         """This pipeline stage on one micro batch ``(b, s)``: on the last stage the model's output ``(b, s, vocab)``
         (policy) or ``(b, s, 1)`` (value / score), None elsewhere."""
         from verl.workers.engine.megatron.cpu_shims import cpu_current_device
-        from verl.workers.engine.megatron.model import causal_padding_mask
+        from verl.workers.engine.megatron.model import causal_padding_mask, pad_sequence_for_parallelism
 
+        config = self._module.config
+        seq_len = input_ids.shape[1]
+        input_ids, attention_mask, position_ids = pad_sequence_for_parallelism(
+            config, input_ids, attention_mask, position_ids
+        )
         mask = causal_padding_mask(attention_mask)
+        # the hidden states between stages: this rank's share of the positions under sequence parallelism
+        stage_len = input_ids.shape[1] // (config.tensor_model_parallel_size if config.sequence_parallel else 1)
 
         def run_stage(chunk):
             with cpu_current_device():
                 return chunk(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
 
-        return self.stages.forward(run_stage, input_ids.shape[0], input_ids.shape[1], torch.is_grad_enabled())
+        output = self.stages.forward(run_stage, input_ids.shape[0], stage_len, torch.is_grad_enabled())
+        return None if output is None else output[:, :seq_len]
 
     def _trimmed_stage(self, micro_batch: dict) -> tuple[torch.Tensor | None, int, int]:
         """:meth:`_run_stage` on ``micro_batch`` without its all-padding columns; with the number of response

@@ -6,6 +6,13 @@ megatron-core's top-k router and SequentialMLP experts, no shared expert) and Ll
 grouped-query attention, SwiGLU, RMSNorm, rotary embeddings with the HF config's theta and scaling, tied or separate
 input and output embeddings. The vocabulary is padded up to a multiple of the tensor-parallel size (megatron-core
 splits it evenly); the padded columns are cut from the logits, so they never enter a softmax.
+
+Sequence parallelism (``sequence_parallel`` at tensor parallel > 1): megatron-core keeps the activations outside the
+attention and MLP split along the sequence over the tensor-parallel ranks (all-gathered into each column-parallel
+linear, reduce-scattered out of each row-parallel one). The norms then see this rank's positions only, so they are
+:class:`RMSNorm` (megatron-core's torch-norm wrapper refuses sequence parallelism) with their weights' gradients summed
+over the tensor-parallel group (:func:`sum_partial_gradients`), and each micro batch is padded to a multiple of the
+tensor-parallel size (:func:`pad_sequence_for_parallelism`; the padding columns are masked and cut off).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
-    "sum_partial_gradients",
+    "RMSNorm",
     "ModelChunks",
     "ScalarHead",
     "build_gpt_model",
@@ -25,7 +32,9 @@ __all__ = [
     "gpt_logits",
     "hf_inv_freq",
     "model_chunks",
+    "pad_sequence_for_parallelism",
     "padded_vocab_size",
+    "sum_partial_gradients",
     "transformer_config",
 ]
 
@@ -106,14 +115,17 @@ def transformer_config(
     tp_size: int = 1,
     pp_size: int = 1,
     dtype: torch.dtype = torch.float32,
+    sequence_parallel: bool = False,
     vpp_size: int | None = None,
     **overrides,
 ):
     """The megatron-core ``TransformerConfig`` of ``hf_config``'s decoder: no fusions (none runs on CPU, and the
     unfused forms compute what HF computes), no dropout, weights left for the converter to load.
 
-    ``vpp_size``: model chunks per pipeline stage (``virtual_pipeline_model_parallel_size``; None: one).
-    ``overrides``: ``override_transformer_config`` entries, applied last.
+    ``sequence_parallel``: split the activations along the sequence over the tensor-parallel ranks (only where
+    ``tp_size > 1``: there is nothing to split over otherwise, as in verl). ``vpp_size``: model chunks per
+    pipeline stage (``virtual_pipeline_model_parallel_size``; None: one). ``overrides``:
+    ``override_transformer_config`` entries, applied last.
     """
     from megatron.core.transformer import TransformerConfig
 
@@ -145,7 +157,7 @@ def transformer_config(
         fp16=dtype == torch.float16,
         use_cpu_initialization=True,
         perform_initialization=False,
-        sequence_parallel=False,
+        sequence_parallel=sequence_parallel and tp_size > 1,
         persist_layer_norm=False,
         masked_softmax_fusion=False,
         bias_activation_fusion=False,
@@ -177,6 +189,65 @@ def transformer_config(
     return TransformerConfig(**kwargs)
 
 
+class RMSNorm(torch.nn.RMSNorm):
+    """torch's RMSNorm built as megatron-core builds a norm (``config, hidden_size, eps``), also under sequence
+    parallelism: where its input is this rank's share of the positions (``sequence_parallel``, default the config's),
+    its weight is tagged ``sequence_parallel`` and its gradient summed over the tensor-parallel group by
+    :func:`sum_partial_gradients`. The query / key norms act on whole sequences (after the gather) and pass False."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, sequence_parallel: bool | None = None, **unused):
+        if config.normalization != "RMSNorm":
+            raise ValueError(f"normalization={config.normalization!r}: this norm is RMSNorm only")
+        super().__init__(normalized_shape=hidden_size, eps=eps)
+        split = config.sequence_parallel if sequence_parallel is None else sequence_parallel
+        self.weight.sequence_parallel = bool(split)
+
+
+def _layer_spec(config, vp_stage: int | None = None):
+    """The local layer spec of :func:`build_gpt_model` (with megatron-core's MoE layer where ``config`` has experts),
+    every norm (the final one too) an :class:`RMSNorm`, for the layers of this pipeline stage's chunk ``vp_stage``."""
+    import dataclasses
+
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    spec = get_gpt_layer_local_spec(
+        num_experts=config.num_moe_experts,
+        moe_grouped_gemm=False,
+        qk_layernorm=config.qk_layernorm,
+        normalization="RMSNorm",
+    )
+    attention = spec.submodules.self_attention
+    attention_submodules = attention.submodules
+    if config.qk_layernorm:
+        qk_norm = ModuleSpec(module=RMSNorm, params={"sequence_parallel": False})
+        attention_submodules = dataclasses.replace(attention_submodules, q_layernorm=qk_norm, k_layernorm=qk_norm)
+    layer = dataclasses.replace(
+        spec.submodules,
+        input_layernorm=RMSNorm,
+        pre_mlp_layernorm=RMSNorm,
+        self_attention=ModuleSpec(module=attention.module, params=attention.params, submodules=attention_submodules),
+    )
+    layer_spec = ModuleSpec(module=spec.module, params=spec.params, submodules=layer)
+    layers = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[layer_spec] * layers, layer_norm=RMSNorm)
+
+
+def pad_sequence_for_parallelism(
+    config, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Under sequence parallelism, ``(b, s)`` inputs padded on the right to a multiple of the tensor-parallel size
+    (each rank holds an equal share of the positions): the new columns are masked out (no real position attends to
+    them, and their outputs are cut off by the caller). Unchanged otherwise."""
+    if not config.sequence_parallel:
+        return input_ids, attention_mask, position_ids
+    missing = -input_ids.shape[-1] % config.tensor_model_parallel_size
+    if missing == 0:
+        return input_ids, attention_mask, position_ids
+    return tuple(F.pad(t, (0, missing)) for t in (input_ids, attention_mask, position_ids))
+
+
 class ScalarHead(torch.nn.Module):
     """The value (critic) or reward head on the last pipeline stage in place of the LM output layer: HF's token-
     classification ``score`` (``Linear(hidden, 1)``), replicated on every tensor-parallel rank (its input, the final
@@ -185,16 +256,24 @@ class ScalarHead(torch.nn.Module):
     Called as ``GPTModel`` calls its output layer: ``head(hidden_states (s, b, hidden)) -> ((s, b, 1), None)``.
     """
 
-    def __init__(self, hidden_size: int, bias: bool, dtype: torch.dtype, std: float, seed: int):
+    def __init__(
+        self, hidden_size: int, bias: bool, dtype: torch.dtype, std: float, seed: int, sequence_parallel: bool = False
+    ):
         super().__init__()
         # as transformers initialises a score head the folder lacks: normal(0, initializer_range), zero bias; seeded,
         # so every tensor-parallel rank starts from the same head
         generator = torch.Generator().manual_seed(seed)
         self.weight = torch.nn.Parameter(torch.randn(1, hidden_size, generator=generator).mul_(std).to(dtype))
         self.bias = torch.nn.Parameter(torch.zeros(1, dtype=dtype)) if bias else None
-        self.sequence_parallel = False  # read by GPTModel's inference path
+        self.sequence_parallel = sequence_parallel  # read by GPTModel's inference path
 
     def forward(self, hidden_states: torch.Tensor, weight=None, runtime_gather_output=None):
+        if self.sequence_parallel:
+            from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
+            # every rank computes the whole output and the same loss from it, so the gradient of the gathered tensor
+            # is whole on each rank: its backward keeps this rank's share (no sum over ranks)
+            hidden_states = gather_from_sequence_parallel_region(hidden_states, tensor_parallel_output_grad=False)
         return F.linear(hidden_states, self.weight, self.bias), None
 
 
@@ -215,7 +294,6 @@ def build_gpt_model(
     its input embedding is then never tied to an output layer. ``vp_stage``: which of this stage's model chunks
     (virtual pipeline), see :func:`build_model_chunks`."""
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     from verl.workers.engine.megatron.cpu_shims import cover_missing_transformer_engine, cpu_current_device
 
@@ -225,12 +303,7 @@ def build_gpt_model(
     with cpu_current_device():
         model = GPTModel(
             config=config,
-            transformer_layer_spec=get_gpt_layer_local_spec(
-                num_experts=config.num_moe_experts,
-                moe_grouped_gemm=False,
-                qk_layernorm=config.qk_layernorm,
-                normalization="RMSNorm",
-            ),
+            transformer_layer_spec=_layer_spec(config, vp_stage),
             vocab_size=padded_vocab_size(hf_config.vocab_size, config.tensor_model_parallel_size),
             max_sequence_length=hf_config.max_position_embeddings,
             pre_process=pre_process,
@@ -248,7 +321,9 @@ def build_gpt_model(
     if scalar_head and post_process:
         bias = bool(getattr(hf_config, "token_classification_bias", True))  # as transformers builds the head
         std = getattr(hf_config, "initializer_range", None) or 0.02
-        model.output_layer = ScalarHead(hf_config.hidden_size, bias, config.params_dtype, std, seed)
+        model.output_layer = ScalarHead(
+            hf_config.hidden_size, bias, config.params_dtype, std, seed, sequence_parallel=config.sequence_parallel
+        )
     _mark_tensor_parallel(model)
     if pre_process:
         _freeze_padding_row(model.embedding.word_embeddings, getattr(hf_config, "pad_token_id", None))
@@ -353,8 +428,9 @@ def _mark_tensor_parallel(model) -> None:
 
 def sum_partial_gradients(model) -> None:
     """Sum over the tensor-parallel group the gradients of replicated tensors that each rank sees only part of: the
-    query and key norms (Qwen3's q_norm / k_norm, ``(head_dim,)``) act on this rank's heads only, so each rank holds
-    the gradient from its heads. Collective over the tensor-parallel group; a no-op at tensor parallel 1."""
+    query and key norms (Qwen3's q_norm / k_norm, ``(head_dim,)``) act on this rank's heads only, and under sequence
+    parallelism the other norms (tagged ``sequence_parallel``) on this rank's positions only, so each rank holds the
+    gradient from its share. Collective over the tensor-parallel group; a no-op at tensor parallel 1."""
     from megatron.core import parallel_state
 
     if parallel_state.get_tensor_model_parallel_world_size() == 1:
@@ -362,7 +438,8 @@ def sum_partial_gradients(model) -> None:
     grads = [
         p.grad
         for name, p in model.named_parameters()
-        if p.grad is not None and name.endswith(("q_layernorm.weight", "k_layernorm.weight"))
+        if p.grad is not None
+        and (name.endswith(("q_layernorm.weight", "k_layernorm.weight")) or getattr(p, "sequence_parallel", False))
     ]
     if not grads:
         return
@@ -380,7 +457,14 @@ def _freeze_padding_row(embedding, pad_token_id: int | None) -> None:
         return
 
     def detach_padding(module, args, output):
-        is_padding = (args[0] == pad_token_id).unsqueeze(-1)
+        token_ids = args[0]  # (b, s)
+        if module.reduce_scatter_embeddings:  # sequence parallel: the output is this rank's positions, (s / tp, b, h)
+            from megatron.core import parallel_state
+
+            token_ids = token_ids.t().chunk(parallel_state.get_tensor_model_parallel_world_size())[
+                parallel_state.get_tensor_model_parallel_rank()
+            ]
+        is_padding = (token_ids == pad_token_id).unsqueeze(-1)
         return torch.where(is_padding, output.detach(), output) if bool(is_padding.any()) else output
 
     embedding.register_forward_hook(detach_padding)
@@ -403,7 +487,11 @@ def gpt_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, pos
     """
     from verl.workers.engine.megatron.cpu_shims import cpu_current_device
 
+    seq_len = input_ids.shape[-1]
+    input_ids, attention_mask, position_ids = pad_sequence_for_parallelism(
+        model.config, input_ids, attention_mask, position_ids
+    )
     with cpu_current_device():
         mask = causal_padding_mask(attention_mask)
         logits = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
-    return logits[..., : model.hf_vocab_size]
+    return logits[:, :seq_len, : model.hf_vocab_size]

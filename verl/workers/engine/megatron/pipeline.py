@@ -89,7 +89,8 @@ class StageRunner:
             if stage == self.n_virtual - 1:
                 loss.backward()
             else:
-                grad = torch.empty_like(self._outputs[c])
+                # contiguous for recv: a stage's output may be a strided view (sequence parallelism's reduce-scatter)
+                grad = torch.empty_like(self._outputs[c], memory_format=torch.contiguous_format)
                 dist.recv(grad, src=self._rank_of(stage + 1))
                 torch.autograd.backward(self._outputs[c], grad)
             if stage > 0:

@@ -66,19 +66,15 @@ def check_megatron_settings(settings: MegatronConfig, key: str, world_size: int,
             f"here slices over the data-parallel group, which mixes different experts; set "
             f"{key}.use_distributed_optimizer=False"
         )
-    if settings.sequence_parallel and tp > 1:
-        problems.append(
-            f"{key}.sequence_parallel=True with tensor_model_parallel_size={tp}: megatron-core's local layer spec "
-            "(torch norms, no TransformerEngine) cannot split sequences, and gloo has no reduce-scatter; set "
-            f"{key}.sequence_parallel=False"
-        )
+    # sequence_parallel: honoured at tensor_model_parallel_size > 1 (megatron-core's, with the engine's own norms and
+    # sequence padding, see verl.workers.engine.megatron.model); ignored at 1, where there is nothing to split over
     # param_offload / grad_offload / optimizer_offload: the engine keeps everything in host memory (CPU) already, so
     # they hold with nothing to move (as the FSDP engine's offload guard on CPU); see MegatronEngine.resident
-    if settings.use_dist_checkpointing:
+    if settings.use_dist_checkpointing and not settings.dist_checkpointing_path:
         problems.append(
-            f"{key}.use_dist_checkpointing=True (start from a Megatron distributed checkpoint at "
-            f"dist_checkpointing_path) is not implemented by the Megatron engine yet: it loads the model from the HF "
-            f"folder of model.path and converts it at start-up; set {key}.use_dist_checkpointing=False"
+            f"{key}.use_dist_checkpointing=True starts the model from the megatron-core distributed checkpoint at "
+            f"{key}.dist_checkpointing_path, which is not set: set it (a checkpoint's dist_ckpt/ folder, e.g. "
+            f"global_step_N/actor/dist_ckpt) or set {key}.use_dist_checkpointing=False to load model.path"
         )
     if problems:
         raise ValueError("; ".join(problems))
