@@ -252,6 +252,7 @@ def _worker(rank: int, workdir, out_path: str):
     out["rmpad"] = _loss_and_grads(rmpad, batch)
     rows = len(next(iter(rmpad.train_dataloader))["input_ids"])
     out["rmpad_bsz"] = (given.data.train_batch_size, rmpad.config.data.train_batch_size, rows)
+    out["fused_adamw"] = rmpad.optimizer.defaults.get("fused")  # CPU: torch's fused kernel, as the RL engine's
     sp_trainer = _build_trainer(
         workdir, dp=1, sp=2, use_remove_padding=True, **{"model.enable_gradient_checkpointing": True}
     )
@@ -313,6 +314,7 @@ def test_two_ranks_padded_rmpad_sp2_equal_and_lora_trains(workdir, tmp_path):
 
     # an SFTConfig passed in is not changed: the trainer's copy holds the per-rank batch size (8 / dp 2)
     assert got["rmpad_bsz"] == (8, 4, 4)
+    assert got["fused_adamw"] is True
 
     before, after = got["lora_val"]
     assert after < before

@@ -43,6 +43,7 @@ from verl.workers.engine.fsdp.hf_forward import (
     pack_padded_inputs,
     packed_forward_kwargs,
 )
+from verl.workers.engine.fsdp.setup import cpu_fused_adamw
 
 logger = logging.getLogger(__name__)
 
@@ -262,11 +263,9 @@ class FSDPSFTTrainer:
             is_lora=self.is_lora,
         )
         optim = self.config.optim
+        params = [p for p in self.fsdp_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.fsdp_model.parameters() if p.requires_grad],
-            lr=optim.lr,
-            betas=tuple(optim.betas),
-            weight_decay=optim.weight_decay,
+            params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay, **cpu_fused_adamw(params)
         )
         self.steps_per_epoch = len(self.train_dataloader)
         trainer_cfg = self.config.trainer
