@@ -371,14 +371,16 @@ class vLLMRollout(BaseRollout):
             results = self._generate_gated(prompts_ids, [single] * len(prompts_ids), finished)
             grouped = [[(t, lp) for t, lp, _ in results[i * n : (i + 1) * n]] for i in range(batch_size)]
             return build(grouped, versions=[v for _, _, v in results])
-        if sink is None:
-            return build(self.inference_engine.generate(prompts=inputs, sampling_params=sampling, use_tqdm=False))
+        # under a gate, a generation that is never paused (multimodal) still holds a weight load off until it ends
+        with self.gate.running() if self.gate is not None else contextlib.nullcontext():
+            if sink is None:
+                return build(self.inference_engine.generate(prompts=inputs, sampling_params=sampling, use_tqdm=False))
 
-        # the reward loop scores each prompt's samples as soon as the last of them finishes
-        def emit(i: int, output) -> None:
-            emit_trajectories(sink, non_tensor[TRAJECTORY_ID][i : i + 1], 0, build([output], slice(i, i + 1)))
+            # the reward loop scores each prompt's samples as soon as the last of them finishes
+            def emit(i: int, output) -> None:
+                emit_trajectories(sink, non_tensor[TRAJECTORY_ID][i : i + 1], 0, build([output], slice(i, i + 1)))
 
-        return build(self._generate_reporting_each(inputs, sampling, emit))
+            return build(self._generate_reporting_each(inputs, sampling, emit))
 
     def _generate_reporting_each(self, inputs: list[dict], sampling: SamplingParams, on_finished) -> list:
         """``LLM.generate`` (the same requests, hence the same samples), calling ``on_finished(prompt_index,
