@@ -8,7 +8,6 @@ weights' own greedy continuation of the prompt plus the three tokens the old wei
 """
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install -e .[vllm
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
+from tests.workers.rollout.test_partial_rollout import PAUSE_AT, HeldGate, check_resumed_turns  # noqa: E402
 from tests.workers.rollout.test_vllm_rollout import DIMS, rollout_config  # noqa: E402
 from verl.demo.tiny_model import make_tiny_model_dir  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
@@ -29,24 +29,8 @@ from verl.workers.sharding_manager.fsdp_vllm import load_weights_into_vllm  # no
 
 pytestmark = pytest.mark.vllm
 
-P, T, PAUSE_AT = 5, 10, 3
+P, T = 5, 10
 MODELS: dict = {}
-
-
-class HeldGate(WeightGate):
-    """Holds the engine loop at step ``PAUSE_AT`` until a swap waits, so the pause falls exactly there."""
-
-    def __init__(self, version: int):
-        super().__init__(version)
-        self.reached = threading.Event()
-
-    def step(self) -> bool:
-        if self.steps + 1 == PAUSE_AT:
-            self.reached.set()
-            deadline = time.monotonic() + 30
-            while not self.pause_requested and time.monotonic() < deadline:
-                time.sleep(0.001)
-        return super().step()
 
 
 @pytest.fixture(scope="module")
@@ -112,17 +96,7 @@ def test_turns_interrupted_by_a_swap_finish_under_the_new_weights(setup):
     assert all(eos not in t.token_ids and len(t.token_ids) == T for t in before)
     request = SamplingRequest.resolve({}, rollout.config)
     turns = run_with_swap(rollout, new, lambda: rollout.generate_turns(prompts, [T, T], request, [eos]))
-    for prompt, turn, reference in zip(prompts, turns, before):
-        assert turn.versions == [0] * PAUSE_AT + [1] * (T - PAUSE_AT)
-        assert turn.token_ids[:PAUSE_AT] == reference.token_ids[:PAUSE_AT]  # the old weights' tokens, kept
-        (after,) = greedy_turns(rollout, [prompt + turn.token_ids[:PAUSE_AT]], T - PAUSE_AT, eos)
-        assert turn.token_ids[PAUSE_AT:] == after.token_ids  # the new weights' continuation
-        torch.testing.assert_close(
-            torch.tensor(turn.log_probs[:PAUSE_AT]), torch.tensor(reference.log_probs[:PAUSE_AT])
-        )
-        torch.testing.assert_close(torch.tensor(turn.log_probs[PAUSE_AT:]), torch.tensor(after.log_probs))
-    # the weights really changed: the old weights would have continued differently on some row
-    assert any(t.token_ids[PAUSE_AT:] != r.token_ids[PAUSE_AT:] for t, r in zip(turns, before))
+    check_resumed_turns(prompts, turns, before, lambda prompts, budget: greedy_turns(rollout, prompts, budget, eos))
 
 
 def test_single_turn_batch_carries_per_token_versions(setup):
