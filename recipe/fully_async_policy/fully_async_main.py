@@ -66,10 +66,10 @@ def check_fully_async_config(config) -> None:
             f"{at.trigger_parameter_sync_step - 1} or a smaller trigger_parameter_sync_step"
         )
     arr = cfg.actor_rollout_ref
-    if at.partial_rollout and arr.rollout.name != "hf":
+    if at.partial_rollout and arr.rollout.name not in ("hf", "vllm"):
         errors.append(
             f"async_training.partial_rollout=True with actor_rollout_ref.rollout.name={arr.rollout.name!r}: only the "
-            "HF rollout's decode loop can be paused at a weight sync; set rollout.name=hf or "
+            "HF and vLLM rollouts' generations can be paused at a weight sync; set rollout.name=hf or vllm, or "
             "async_training.partial_rollout=False (a sync then waits for the mini-batch in flight)"
         )
     if at.use_rollout_log_probs:

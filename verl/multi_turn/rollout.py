@@ -133,7 +133,8 @@ class AgentLoopRollout(BaseRollout):
         request = SamplingRequest.resolve(meta, self.config)
         loop_classes = self._loop_classes(prompts)
         size = len(loop_classes) * request.n
-        if self.continuous:
+        # partial rollout (the engine has a WeightGate): turns are batched, whose decode loops a weight load can pause
+        if self.continuous and getattr(self.engine, "gate", None) is None:
             server = self.engine.turn_server(request, stop_ids)
             serving = asyncio.ensure_future(server.serve())
         else:

@@ -120,10 +120,17 @@ def test_turn_interrupted_by_a_swap_finishes_under_the_new_weights(models):
             return rollout.generate_turns(prompts, [T, T], request, [EOS])
 
     turns = run_with_swap(rollout, new, generate)
+    check_resumed_turns(prompts, turns, before, lambda prompts, budget: greedy_turns(new, prompts, budget))
+
+
+def check_resumed_turns(prompts, turns, before, new_greedy) -> None:
+    """Each of ``turns`` (paused at PAUSE_AT, version 0 -> 1) kept the old weights' first tokens (``before``: their
+    uninterrupted turns) and went on as the new weights' greedy continuation (``new_greedy(prompts, budget)``)."""
     for prompt, turn, reference in zip(prompts, turns, before):
-        assert turn.versions == [0] * PAUSE_AT + [1] * (T - PAUSE_AT)
+        length = len(reference.token_ids)
+        assert turn.versions == [0] * PAUSE_AT + [1] * (length - PAUSE_AT)
         assert turn.token_ids[:PAUSE_AT] == reference.token_ids[:PAUSE_AT]  # the old weights' tokens, kept
-        (after,) = greedy_turns(new, [prompt + turn.token_ids[:PAUSE_AT]], T - PAUSE_AT)
+        (after,) = new_greedy([prompt + turn.token_ids[:PAUSE_AT]], length - PAUSE_AT)
         assert turn.token_ids[PAUSE_AT:] == after.token_ids  # the new weights' continuation
         torch.testing.assert_close(
             torch.tensor(turn.log_probs[:PAUSE_AT]), torch.tensor(reference.log_probs[:PAUSE_AT])

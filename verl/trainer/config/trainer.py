@@ -116,7 +116,7 @@ class AsyncTrainingConfig(BaseConfig):
     staleness_threshold: float = 1  # verl's type; the fully async check requires a whole number of versions
     trigger_parameter_sync_step: int = 1
     require_batches: int = 1
-    partial_rollout: bool = False
+    partial_rollout: bool = True  # verl's default: a sync pauses the generations in flight (HF and vLLM rollouts)
     use_rollout_log_probs: bool = False
     compute_prox_log_prob: bool = False
 

@@ -390,16 +390,16 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         """Let :meth:`receive_weights` run while a generation is in flight (on a thread of its own: a Ray actor with
         ``max_concurrency`` >= 2): it pauses the generation after its current decode step, loads the weights, and the
         generation resumes under them; responses then carry ``weight_versions`` ``(bs, response_length)``, the
-        version that sampled each token (-1 where none was sampled). The HF rollout only."""
-        from verl.workers.rollout import HFRollout
+        version that sampled each token (-1 where none was sampled). The HF and vLLM rollouts (vLLM: the engine's
+        unfinished requests are aborted at a step and resubmitted as prompt + tokens so far)."""
         from verl.workers.rollout.weight_gate import WeightGate
 
         assert self._standalone, f"partial rollout needs a standalone rollout, this worker is {self.role!r}"
         engine = self._standalone_rollout.rollout
-        if not isinstance(engine, HFRollout):
+        if not hasattr(engine, "gate"):
             raise ValueError(
-                f"partial rollout pauses the HF rollout's decode loop; actor_rollout_ref.rollout.name="
-                f"{self.config.rollout.name!r} cannot be paused mid-generation: use rollout.name=hf or "
+                f"partial rollout pauses the rollout's decode loop; actor_rollout_ref.rollout.name="
+                f"{self.config.rollout.name!r} cannot be paused mid-generation: use rollout.name=hf or vllm, or "
                 "async_training.partial_rollout=False"
             )
         self._weight_gate = engine.gate = WeightGate(self.weight_version)

@@ -87,6 +87,14 @@ def _supported_engine_kwargs(engine_kwargs: dict) -> dict:
     return kept
 
 
+def _tokens_and_log_probs(sample) -> tuple[list[int], list[float] | None]:
+    """A vLLM ``CompletionOutput``'s token ids and, when it has them, each sampled token's log-prob."""
+    tokens = list(sample.token_ids)
+    if sample.logprobs is None:
+        return tokens, None
+    return tokens, [step[tok].logprob for tok, step in zip(tokens, sample.logprobs)]
+
+
 class vLLMRollout(BaseRollout):
     """Generate with an in-process ``vllm.LLM``; ``config`` is the ``actor_rollout_ref.rollout`` section.
 
@@ -217,6 +225,15 @@ class vLLMRollout(BaseRollout):
                 base[key] = config[key]
         self.sampling_kwargs: dict[str, Any] = base
         self.pad_token_id = tokenizer.pad_token_id if tokenizer is not None else None
+        # partial rollout: a weight load may pause the generations in flight at an engine step (WeightGate, see
+        # verl/workers/rollout/weight_gate.py); None: every generation runs to its end under one set of weights
+        self.gate = None
+
+    @contextlib.contextmanager
+    def weights_released(self):
+        """Around a weight load while the generations are parked (partial rollout): nothing to release, the engine's
+        own weights are loaded in place (the HF rollout closes its cast copies here)."""
+        yield
 
     @staticmethod
     def _pin_cpu_threads(num_threads) -> None:
@@ -329,20 +346,41 @@ class vLLMRollout(BaseRollout):
         self._require_engine_memory()
         sampling = SamplingParams(**params)
 
-        def build(outputs: list, rows: slice = slice(None)) -> DataProto:
+        def build(outputs: list, rows: slice = slice(None), versions=None) -> DataProto:
             tensors = (idx[rows], attention_mask[rows], position_ids[rows])
             fields = {key: value[rows] for key, value in non_tensor.items()}
-            return self._build_output(outputs, *tensors, fields, n, response_length, eos_token_id, pad_token_id)
+            out = self._build_output(outputs, *tensors, fields, n, response_length, eos_token_id, pad_token_id)
+            if versions is not None:  # partial rollout: the version that sampled each token, -1 past the response
+                padded = torch.tensor([v + [-1] * (response_length - len(v)) for v in versions], dtype=torch.long)
+                response_mask = out.batch["attention_mask"][:, -response_length:].bool().cpu()
+                out.batch["weight_versions"] = torch.where(response_mask, padded, -1).to(idx.device)
+            return out
 
         sink = meta.get(TRAJECTORY_SINK)
-        if sink is None:
-            return build(self.inference_engine.generate(prompts=inputs, sampling_params=sampling, use_tqdm=False))
+        if self.gate is not None and multi_modal_data is None:  # multimodal inputs are not re-fed on a resume
+            single = {**params, "n": 1}
+            prompts_ids = [entry["prompt_token_ids"] for entry in inputs for _ in range(n)]  # sample j at i*n + j
 
-        # the reward loop scores each prompt's samples as soon as the last of them finishes
-        def emit(i: int, output) -> None:
-            emit_trajectories(sink, non_tensor[TRAJECTORY_ID][i : i + 1], 0, build([output], slice(i, i + 1)))
+            def finished(row: int, samples: list) -> None:
+                i = row // n
+                if sink is not None and all(len(s) for s in samples[i * n : (i + 1) * n]):
+                    rows = [s[-1] for s in samples[i * n : (i + 1) * n]]
+                    part = build([[(t, lp) for t, lp, _ in rows]], slice(i, i + 1), [v for _, _, v in rows])
+                    emit_trajectories(sink, non_tensor[TRAJECTORY_ID][i : i + 1], 0, part)
 
-        return build(self._generate_reporting_each(inputs, sampling, emit))
+            results = self._generate_gated(prompts_ids, [single] * len(prompts_ids), finished)
+            grouped = [[(t, lp) for t, lp, _ in results[i * n : (i + 1) * n]] for i in range(batch_size)]
+            return build(grouped, versions=[v for _, _, v in results])
+        # under a gate, a generation that is never paused (multimodal) still holds a weight load off until it ends
+        with self.gate.running() if self.gate is not None else contextlib.nullcontext():
+            if sink is None:
+                return build(self.inference_engine.generate(prompts=inputs, sampling_params=sampling, use_tqdm=False))
+
+            # the reward loop scores each prompt's samples as soon as the last of them finishes
+            def emit(i: int, output) -> None:
+                emit_trajectories(sink, non_tensor[TRAJECTORY_ID][i : i + 1], 0, build([output], slice(i, i + 1)))
+
+            return build(self._generate_reporting_each(inputs, sampling, emit))
 
     def _generate_reporting_each(self, inputs: list[dict], sampling: SamplingParams, on_finished) -> list:
         """``LLM.generate`` (the same requests, hence the same samples), calling ``on_finished(prompt_index,
@@ -365,6 +403,74 @@ class vLLMRollout(BaseRollout):
         finally:
             del engine.step  # the class's method again
 
+    def _generate_gated(self, prompts: list[list[int]], params: list[dict], on_finished=None) -> list[tuple]:
+        """Generate one sample per token-id prompt (``params``: its ``SamplingParams`` fields, ``n`` 1) while
+        ``self.gate`` may pause them after any engine step: the unfinished requests are aborted keeping their tokens,
+        the weights load (:meth:`WeightGate.swap`), and each is resubmitted as prompt + tokens so far with what is
+        left of its budget, recomputed under the new weights (the load resets the prefix cache).
+
+        Returns ``(token ids, log-probs or None, versions)`` per prompt, ``versions`` the gate's version in force
+        when the segment that sampled each token started. ``on_finished(row, samples)`` is called as each request
+        finishes (``samples[row]``: a list whose last item is that row's result; empty while unfinished).
+        """
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.inference_engine.llm_engine
+        gate = self.gate
+        want_log_probs = self.calculate_log_probs
+        tokens = [[] for _ in prompts]
+        log_probs = [[] for _ in prompts]
+        versions = [[] for _ in prompts]
+        results: list[list] = [[] for _ in prompts]
+        pending = list(range(len(prompts)))
+        segment = 0
+        while pending:
+            with gate.running():
+                version = gate.version
+                rows, base, unfinished = {}, {}, {}
+                for i in pending:
+                    fields = dict(params[i])
+                    done = len(tokens[i])
+                    fields["max_tokens"] = int(fields["max_tokens"]) - done
+                    if fields.get("min_tokens"):
+                        fields["min_tokens"] = max(0, int(fields["min_tokens"]) - done)
+                    fields["output_kind"] = RequestOutputKind.CUMULATIVE  # the segment's tokens at every step
+                    request_id = f"partial-{id(self)}-{segment}-{i}"
+                    internal = engine.add_request(
+                        request_id, {"prompt_token_ids": list(prompts[i]) + tokens[i]}, SamplingParams(**fields)
+                    )
+                    rows[request_id] = rows[internal] = i
+                    base[i], unfinished[i] = done, internal
+                stopped = False
+                try:
+                    while unfinished:
+                        for output in engine.step():
+                            i = rows[output.request_id]
+                            new, new_log_probs = _tokens_and_log_probs(output.outputs[0])
+                            keep = base[i]
+                            tokens[i] = tokens[i][:keep] + new
+                            versions[i] = versions[i][:keep] + [version] * len(new)
+                            if want_log_probs:
+                                log_probs[i] = log_probs[i][:keep] + new_log_probs
+                            if output.finished:
+                                unfinished.pop(i, None)
+                                results[i].append((tokens[i], log_probs[i] if want_log_probs else None, versions[i]))
+                                if on_finished is not None:
+                                    on_finished(i, results)
+                        if unfinished and gate.step():
+                            stopped = True
+                            break
+                except BaseException:
+                    engine.abort_request(list(unfinished.values()), internal=True)  # leave nothing in the engine
+                    raise
+                if stopped:  # keep the tokens sampled so far, free the requests' KV cache before the load
+                    engine.abort_request(list(unfinished.values()), internal=True)
+            pending = sorted(unfinished)
+            segment += 1
+            if pending:
+                gate.park()  # outside running(): the swap loads now; go on under the new weights
+        return [result[-1] for result in results]
+
     def _build_output(
         self, outputs, idx, attention_mask, position_ids, non_tensor: dict, n, response_length, eos_token_id, pad_id
     ) -> DataProto:
@@ -372,11 +478,12 @@ class vLLMRollout(BaseRollout):
         samples): prompts repeated ``n`` times (interleaved), responses padded to ``response_length``."""
         responses, log_probs = [], []
         for output in outputs:
-            for sample in output.outputs:
-                tokens = list(sample.token_ids)
+            # a RequestOutput, or (partial rollout) a list of (token ids, log-probs) for its samples
+            samples = output if isinstance(output, list) else [_tokens_and_log_probs(s) for s in output.outputs]
+            for tokens, sample_log_probs in samples:
                 responses.append(tokens)
                 if self.calculate_log_probs:
-                    log_probs.append([step[tok].logprob for tok, step in zip(tokens, sample.logprobs)])
+                    log_probs.append(sample_log_probs)
         response = pad_2d_list_to_length(responses, pad_id, max_length=response_length).to(idx.device)
         if n > 1:
             idx = _repeat_interleave(idx, n)
@@ -391,10 +498,13 @@ class vLLMRollout(BaseRollout):
 
     def turn_params(self, request: SamplingRequest, stop_token_ids: list[int], max_tokens: int) -> SamplingParams:
         """Sampling of one assistant turn: the batch's request, one sample, stopping at ``stop_token_ids``."""
+        return SamplingParams(**self._turn_fields(request, stop_token_ids, max_tokens))
+
+    def _turn_fields(self, request: SamplingRequest, stop_token_ids: list[int], max_tokens: int) -> dict:
         params = {**self.sampling_kwargs, **self._sampling_fields(request), "n": 1}
         stops = [int(t) for t in stop_token_ids]
         params.update(ignore_eos=True, stop_token_ids=stops, max_tokens=max(1, int(max_tokens)))
-        return SamplingParams(**params)
+        return params
 
     def turn_from_sample(self, sample):
         """A ``GeneratedTurn`` from one vLLM completion (with its log-probs when ``calculate_log_probs``)."""
@@ -412,8 +522,14 @@ class vLLMRollout(BaseRollout):
     ) -> list:
         """One assistant turn per token-id prompt (a batched engine call of the agent loops), each stopping at a
         stop token or its own ``max_tokens``; with ``calculate_log_probs`` the sampled tokens' log-probs too."""
-        sampling = [self.turn_params(request, stop_token_ids, m) for m in max_tokens]
+        from verl.multi_turn.turn_engine import GeneratedTurn
+
         self._require_engine_memory()
+        if self.gate is not None:  # partial rollout: a weight load may pause the turns; tokens carry versions
+            fields = [self._turn_fields(request, stop_token_ids, m) for m in max_tokens]
+            results = self._generate_gated([list(p) for p in prompts], fields)
+            return [GeneratedTurn(tokens, log_probs, versions) for tokens, log_probs, versions in results]
+        sampling = [self.turn_params(request, stop_token_ids, m) for m in max_tokens]
         outputs = self.inference_engine.generate(
             prompts=[{"prompt_token_ids": list(p)} for p in prompts], sampling_params=sampling, use_tqdm=False
         )
