@@ -397,9 +397,10 @@ def measure_trl(args, model: str, work_dir: str) -> dict:
     memory = run_measured(cmd, env, {}, os.path.join(work_dir, "trl.log"))
     with open(result) as f:
         trl = json.load(f)
+    add_trl_update([trl])
     flops_counter, peak_flops = _flops_counter(model), _cpu_peak(args.precision)
-    steps = zip(trl["step_s"], trl["phases"], trl["seqlens"], strict=True)
-    mfu = [trl_mfu(step, phases, seqlens, flops_counter, peak_flops) for step, phases, seqlens in steps]
+    steps = zip(trl["phases"], trl["seqlens"], strict=True)
+    mfu = [trl_mfu(phases, seqlens, flops_counter, peak_flops) for phases, seqlens in steps]
     return {
         "step_s": trl["step_s"],
         "phases": trl["phases"],
@@ -410,18 +411,16 @@ def measure_trl(args, model: str, work_dir: str) -> dict:
     }
 
 
-def trl_mfu(
-    step_s: float, phases: dict[str, float], seqlens: list[int], flops_counter, peak_flops: float
-) -> dict[str, float]:
+def trl_mfu(phases: dict[str, float], seqlens: list[int], flops_counter, peak_flops: float) -> dict[str, float]:
     """One TRL step's ``perf/achieved_tflops/*`` and ``perf/mfu/*``, counted as ours are (``compute_mfu_metrics``):
     generation and reference one forward over the step's sequences (``seqlens``: real lengths), the update three;
-    TRL's update time is its step less generation and reference."""
+    ``phases["update"]`` is TRL's update time (:func:`add_trl_update`)."""
     from types import SimpleNamespace
 
     from verl.trainer.ppo.mfu import compute_mfu_metrics
 
     timing = {"gen": phases.get("gen", 0.0), "ref": phases.get("ref", 0.0)}
-    timing["update_actor"] = step_s - timing["gen"] - timing["ref"]
+    timing["update_actor"] = phases["update"]
     batch = SimpleNamespace(meta_info={"global_token_num": seqlens})
     return compute_mfu_metrics(batch, timing, flops_counter, peak_flops)
 
@@ -587,7 +586,6 @@ def main(argv=None) -> int:
             args_r = argparse.Namespace(**{**vars(args), "rollout": rollout, "workers": workers})
             runs[side].append(measure_ours(args_r, model, os.path.join(work_dir, f"ours_{side}{suffix}")))
 
-    add_trl_update(runs["trl"])
     trl_step = emit_side("trl", runs["trl"], ("gen", "ref", "update_fwd", "update")) if runs["trl"] else None
     for rollout in rollouts:
         ours = emit_side(f"ours_{rollout}", runs[rollout], PHASES)

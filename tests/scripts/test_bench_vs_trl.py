@@ -82,7 +82,9 @@ class _LinearFlops:
 
 def test_trl_phases_are_counted_as_ours_with_the_update_as_the_rest_of_the_step():
     # 100 tokens: one forward is 1e11 FLOPs; the update (10 - 4 - 2 = 4 s) is forward + backward, 3e11 FLOPs
-    metrics = bench.trl_mfu(10.0, {"gen": 4.0, "ref": 2.0}, [60, 40], _LinearFlops(), peak_flops=1e11)
+    run = {"step_s": [10.0], "phases": [{"gen": 4.0, "ref": 2.0}]}
+    bench.add_trl_update([run])
+    metrics = bench.trl_mfu(run["phases"][0], [60, 40], _LinearFlops(), peak_flops=1e11)
     assert metrics["perf/achieved_tflops/gen"] == 0.025 and metrics["perf/mfu/gen"] == 0.25
     assert metrics["perf/achieved_tflops/ref"] == 0.05 and metrics["perf/mfu/ref"] == 0.5
     assert metrics["perf/mfu/update_actor"] == 0.75 and metrics["perf/peak_tflops"] == 0.1
