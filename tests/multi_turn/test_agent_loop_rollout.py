@@ -555,15 +555,10 @@ def test_agent_loops_read_the_lent_row_columns_which_the_output_leaves_out(token
 
 
 class SharedEngine(ScriptedEngine):
-    """A tool call then the answer, recording each engine call's rows and how they sample (greedy or not); with
-    ``hold_s`` its next call takes that long (the other threads' calls arrive meanwhile)."""
-
-    hold_s = 0.0
+    """A tool call then the answer, recording each engine call's rows and how they sample (greedy or not)."""
 
     def generate_turns(self, prompts, max_tokens, request, stop_token_ids):
         self.served = getattr(self, "served", []) + [(len(prompts), request.do_sample)]
-        time.sleep(self.hold_s)
-        self.hold_s = 0.0
         return super().generate_turns(prompts, max_tokens, request, stop_token_ids)
 
 
@@ -576,9 +571,11 @@ def test_concurrent_calls_share_engine_calls_by_sampling_and_return_what_lone_ca
     engine = SharedEngine(tokenizer, [CALL, "The answer is 360."], ChatTemplate(tokenizer).end_of_turn_id)
     rollout = MultiTurnRollout(engine, _config(), tokenizer, tools=[tool])
     alone = rollout.generate_sequences(_prompts(tokenizer, rows=2))
-    # the first call's first turns hold the engine while the other calls start: their first turns then meet the
-    # first call's second turns
-    engine.served, engine.hold_s = [], 0.5
+    # the loop is held busy until the three calls have all been handed to it, so their first turns are waiting
+    # together when it is free (not a race between threads and a timer)
+    loop, release = rollout._event_loop(), threading.Event()
+    loop.call_soon_threadsafe(release.wait)
+    engine.served = []
     calls = [_prompts(tokenizer, rows=2), _prompts(tokenizer, rows=3), _prompts(tokenizer, rows=1)]
     calls[2].meta_info["do_sample"] = False  # greedy: one sample per prompt, never batched with sampled turns
     outputs = [None] * 3
@@ -588,6 +585,10 @@ def test_concurrent_calls_share_engine_calls_by_sampling_and_return_what_lone_ca
     ]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + 30
+    while len(loop._ready) < 3 and time.monotonic() < deadline:  # the calls' coroutines, scheduled on the held loop
+        time.sleep(0.01)
+    release.set()
     for thread in threads:
         thread.join(30)
     assert [len(out) for out in outputs] == [4, 6, 1]

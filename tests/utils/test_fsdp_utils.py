@@ -165,6 +165,9 @@ def test_cpu_workers_share_the_hosts_cores(monkeypatch):
 
     from verl.utils import distributed
 
+    # an in-process vLLM engine built by an earlier test replaces torch.set_num_threads with a no-op; a worker
+    # process calls use_cpu_share before any engine is built
+    monkeypatch.setattr(torch, "set_num_threads", torch._C.set_num_threads)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert [distributed.cpu_share(n) for n in (1, 2, 3, 32)] == [16, 8, 5, 1]
     before = torch.get_num_threads()
@@ -176,9 +179,55 @@ def test_cpu_workers_share_the_hosts_cores(monkeypatch):
         assert torch.get_num_threads() == 2 and os.environ["OMP_NUM_THREADS"] == "2"
         # a group of one process beside another pool's (a standalone rollout): the share of all the host's workers
         monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-        # (16 workers: 1 thread; more than this process already runs could be refused once vLLM has bound threads)
         monkeypatch.setenv("VERL_HOST_WORKERS", "16")
         assert distributed.use_cpu_share() == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_threads_a_worker_starts_run_with_its_cpu_share(monkeypatch):
+    """OpenMP's thread count is per thread: a thread the worker starts (the agent loop's, which drives the rollout
+    engine) runs at the process default until it adopts the worker's share; vLLM's CPU attention refuses a call whose
+    thread count changes inside it."""
+    import ctypes
+    import threading
+
+    import torch
+
+    from verl.utils import distributed
+
+    # torch's own copy: other packages (a wheel's vendored copy, the system's) may load another libgomp beside it
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    maps = [line.split()[-1] for line in open("/proc/self/maps")] if os.path.exists("/proc/self/maps") else []
+    gomp = next((path for path in maps if path.startswith(torch_lib) and "libgomp" in path), None)
+    if gomp is None:
+        pytest.skip("torch is not built with GNU OpenMP here")
+    omp_get_max_threads = ctypes.CDLL(gomp).omp_get_max_threads
+
+    def in_new_thread(adopt: bool) -> int:
+        seen = []
+
+        def run():
+            if adopt:
+                distributed.adopt_worker_threads()
+            seen.append(omp_get_max_threads())
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(30)
+        return seen[0]
+
+    monkeypatch.setattr(torch, "set_num_threads", torch._C.set_num_threads)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    default = in_new_thread(adopt=False)
+    # a share other than the new threads' OpenMP default, so adopting it shows
+    monkeypatch.setenv("VERL_HOST_WORKERS", "16" if default != 1 else "8")
+    before = torch.get_num_threads()
+    try:
+        share = distributed.use_cpu_share()
+        assert share != default
+        assert in_new_thread(adopt=False) == default
+        assert in_new_thread(adopt=True) == share
     finally:
         torch.set_num_threads(before)
 

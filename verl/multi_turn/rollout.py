@@ -31,6 +31,7 @@ from verl.multi_turn.turn_batcher import TurnBatcher
 from verl.multi_turn.turn_engine import GeneratedTurn, TurnEngine
 from verl.protocol import DataProto
 from verl.trainer.config import RolloutConfig
+from verl.utils.distributed import adopt_worker_threads
 from verl.utils.model import compute_position_id_with_mask
 from verl.workers.rollout.base import TRAJECTORY_ID, TRAJECTORY_SINK, BaseRollout, SamplingRequest, emit_trajectories
 
@@ -108,7 +109,9 @@ class AgentLoopRollout(BaseRollout):
         with self._loop_lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="agent-loop-rollout", daemon=True).start()
+                loop_thread = threading.Thread(target=_run_forever, args=(self._loop,), daemon=True)
+                loop_thread.name = "agent-loop-rollout"
+                loop_thread.start()
             return self._loop
 
     def _shared_batcher(self) -> TurnBatcher:
@@ -256,6 +259,12 @@ class AgentLoopRollout(BaseRollout):
 
 
 MultiTurnRollout = AgentLoopRollout  # the name of the sync multi-turn rollout before agent loops
+
+
+def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    """The agent-loop thread: engine calls run here, with the worker's CPU thread count (not the process default)."""
+    adopt_worker_threads()
+    loop.run_forever()
 
 
 def _row_metrics(outputs: list, engine_calls: int) -> list[dict[str, float]]:

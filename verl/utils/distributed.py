@@ -19,6 +19,7 @@ __all__ = [
     "destroy_global_process_group",
     "init_distributed",
     "initialize_global_process_group",
+    "adopt_worker_threads",
     "use_cpu_share",
 ]
 
@@ -88,3 +89,15 @@ def use_cpu_share() -> int:
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for the processes and libraries that read it later
     logger.info("using %d CPU threads in this worker", threads)
     return threads
+
+
+def adopt_worker_threads() -> int:
+    """Give the calling thread (one the worker started to drive an engine) the worker's CPU thread count.
+
+    OpenMP keeps the thread count per thread: torch.set_num_threads sets the calling thread's and records it process
+    wide, and a thread started later runs at the process's OpenMP default (OMP_NUM_THREADS as the library loaded,
+    else every core) until its first torch parallel region applies the recorded count. vLLM's CPU attention reads the
+    count before that and again inside the model, and refuses the call when they differ ("thread_num (2 vs. 1)").
+    torch.get_num_threads applies the recorded count to the calling thread; it is returned.
+    """
+    return torch.get_num_threads()

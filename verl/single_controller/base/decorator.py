@@ -14,6 +14,7 @@ from typing import Any
 
 from verl.protocol import DataProto, DataProtoFuture, _padding_size_key
 from verl.utils.debug.profile import DistProfilerExtension
+from verl.utils.distributed import adopt_worker_threads
 from verl.utils.py_functional import DynamicEnum
 
 # attribute name under which @register stores its settings on the wrapped method
@@ -391,6 +392,9 @@ def register(dispatch_mode=Dispatch.ALL_TO_ALL, execute_mode=Execute.ALL, blocki
 
             @functools.wraps(func)
             def wrapper(*args, **kwargs):
+                # a Ray actor with max_concurrency > 1 runs its methods on threads of its own; an engine called there
+                # must see the worker's CPU thread count, not the process's OpenMP default
+                adopt_worker_threads()
                 if materialize_futures:
                     args, kwargs = _materialize_futures(*args, **kwargs)
                 return func(*args, **kwargs)
