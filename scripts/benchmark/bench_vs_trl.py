@@ -354,6 +354,8 @@ def our_overrides(args, model: str, work_dir: str) -> list[str]:
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         f"trainer.n_gpus_per_node={args.workers}",
+        # verl's default rollout TP is 2, which must divide the workers: one worker generates alone
+        *([] if args.workers % 2 == 0 else ["actor_rollout_ref.rollout.tensor_model_parallel_size=1"]),
         "trainer.device=cpu",
         f"trainer.total_training_steps={args.steps}",
         "trainer.test_freq=-1",

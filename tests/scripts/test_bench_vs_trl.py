@@ -38,6 +38,17 @@ def test_our_overrides_compose_into_the_same_work_as_trls():
     assert cfg.trainer.n_gpus_per_node == 2 and cfg.algorithm.adv_estimator == "grpo"
 
 
+def test_one_worker_side_generates_without_tensor_parallelism():
+    """``--workers 1``: verl's default rollout TP of 2 does not divide one worker (the config check refuses it)."""
+    config_dir = os.path.join(ROOT, "verl", "trainer", "config")
+    for workers, tp in ((1, 1), (2, 2)):
+        overrides = bench.our_overrides(_args(workers=workers, rollout="hf"), "/models/m", "/tmp/w")
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            cfg = compose(config_name="ppo_trainer", overrides=overrides)
+        assert cfg.trainer.n_gpus_per_node == workers
+        assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == tp
+
+
 def _memory(peak_gb: float) -> SimpleNamespace:
     peak = int(peak_gb * 2**30)
     return SimpleNamespace(
