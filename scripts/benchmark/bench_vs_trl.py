@@ -344,6 +344,7 @@ def our_overrides(args, model: str, work_dir: str) -> list[str]:
         f"data.max_prompt_length={args.prompt_length}",
         f"data.max_response_length={args.response_length}",
         f"actor_rollout_ref.model.path={model}",
+        f"actor_rollout_ref.model.use_remove_padding={args.remove_padding}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
@@ -524,6 +525,12 @@ def main(argv=None) -> int:
         help="our worker processes (each takes its share of the cores); a list such as 1,2 runs each count as a "
         "side of its own, interleaved with the others",
     )
+    parser.add_argument(
+        "--remove-padding",
+        default="false",
+        help="our model.use_remove_padding (verl's default false: padded rows; true: the packed path most verl "
+        "scripts turn on); false,true runs each as a side of its own",
+    )
     parser.add_argument("--micro", type=int, default=None, help="samples per micro batch (default: all of a rank's)")
     parser.add_argument(
         "--precision",
@@ -572,20 +579,18 @@ def main(argv=None) -> int:
     # taken minutes apart can be off by as much. --rounds alternates the sides (TRL, ours, TRL, ours ...) and pools
     # their steps, and each round's own ratio is printed too.
     worker_counts = [int(w) for w in str(args.workers).split(",")]
-    # one side of ours per (rollout, worker count); named by the rollout alone when one count is measured
-    sides = {
-        (f"{rollout}_w{workers}" if len(worker_counts) > 1 else rollout): (rollout, workers)
-        for rollout in args.rollout.split(",")
-        for workers in worker_counts
-    }
+    packings = [_flag(v) for v in str(args.remove_padding).split(",")]
+    sides = our_sides(args.rollout.split(","), worker_counts, packings)
     rollouts = list(sides)
     runs: dict[str, list[dict]] = {"trl": [], **{side: [] for side in sides}}
     for round_index in range(args.rounds):
         suffix = f"_r{round_index}" if args.rounds > 1 else ""
         if not args.skip_trl:
             runs["trl"].append(measure_trl(args, model, os.path.join(work_dir, f"trl{suffix}")))
-        for side, (rollout, workers) in sides.items():
-            args_r = argparse.Namespace(**{**vars(args), "rollout": rollout, "workers": workers})
+        for side, (rollout, workers, packed) in sides.items():
+            args_r = argparse.Namespace(
+                **{**vars(args), "rollout": rollout, "workers": workers, "remove_padding": packed}
+            )
             runs[side].append(measure_ours(args_r, model, os.path.join(work_dir, f"ours_{side}{suffix}")))
 
     trl_step = emit_side("trl", runs["trl"], ("gen", "ref", "update_fwd", "update")) if runs["trl"] else None
@@ -598,6 +603,24 @@ def main(argv=None) -> int:
             emit(f"ratio_trl_over_ours_{rollout}", round(trl_step / ours, 2), target=f">= {target}", rounds=per_round)
             emit_phase_ratios(rollout, runs["trl"], runs[rollout], trl_step)
     return 0
+
+
+def our_sides(rollouts: list[str], worker_counts: list[int], packings: list[bool]) -> dict[str, tuple]:
+    """One side of ours per (rollout, worker count, packing), named by the rollout plus whatever else varies."""
+    return {
+        rollout
+        + (f"_w{workers}" if len(worker_counts) > 1 else "")
+        + (("_packed" if packed else "_padded") if len(packings) > 1 else ""): (rollout, workers, packed)
+        for rollout in rollouts
+        for workers in worker_counts
+        for packed in packings
+    }
+
+
+def _flag(value: str) -> bool:
+    if value.strip().lower() not in ("true", "false"):
+        raise SystemExit(f"--remove-padding takes true, false or false,true; got {value!r}")
+    return value.strip().lower() == "true"
 
 
 def add_trl_update(trl_runs: list[dict]) -> None:

@@ -14,7 +14,7 @@ bench = load_benchmark("bench_vs_trl")
 
 def _args(**changes) -> argparse.Namespace:
     """The bench's own defaults (8 prompts x n=4 x 128 tokens, 2 workers), with ``changes``."""
-    defaults = {"prompts": 8, "n": 4, "workers": 2, "micro": None, "lr": 1e-3, "kl_coef": 0.001}
+    defaults = {"prompts": 8, "n": 4, "workers": 2, "micro": None, "lr": 1e-3, "kl_coef": 0.001, "remove_padding": False}
     defaults |= {
         "response_length": 128,
         "prompt_length": 64,
@@ -47,6 +47,20 @@ def test_one_worker_side_generates_without_tensor_parallelism():
             cfg = compose(config_name="ppo_trainer", overrides=overrides)
         assert cfg.trainer.n_gpus_per_node == workers
         assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == tp
+
+
+def test_packing_is_a_side_of_its_own():
+    """``--remove-padding false,true``: verl's default padded rows and the packed path most scripts turn on."""
+    for packed in (False, True):
+        overrides = bench.our_overrides(_args(remove_padding=packed), "/models/m", "/tmp/w")
+        assert f"actor_rollout_ref.model.use_remove_padding={packed}" in overrides
+    assert bench.our_sides(["hf"], [1], [False]) == {"hf": ("hf", 1, False)}
+    assert list(bench.our_sides(["hf"], [1, 2], [False, True])) == [
+        "hf_w1_padded",
+        "hf_w1_packed",
+        "hf_w2_padded",
+        "hf_w2_packed",
+    ]
 
 
 def _memory(peak_gb: float) -> SimpleNamespace:
