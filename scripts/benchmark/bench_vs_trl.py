@@ -18,6 +18,7 @@ and the same measured peak, ``verl.trainer.ppo.mfu``), peak resident memory, and
 are faster). ``pip install -e .[bench]`` installs TRL and gguf.
 
     python scripts/benchmark/bench_vs_trl.py --size 25m --rollout vllm [--steps 4] [--prompts 8] [--n 4] [--rounds 2]
+    python scripts/benchmark/bench_vs_trl.py --size 25m --rollout hf --workers 1,2 --remove-padding false,true
     python scripts/benchmark/bench_vs_trl.py --weights real --rollout hf --response-length 256 [--precision bf16]
 """
 

@@ -14,8 +14,9 @@ bench = load_benchmark("bench_vs_trl")
 
 def _args(**changes) -> argparse.Namespace:
     """The bench's own defaults (8 prompts x n=4 x 128 tokens, 2 workers), with ``changes``."""
-    defaults = {"prompts": 8, "n": 4, "workers": 2, "micro": None, "lr": 1e-3, "kl_coef": 0.001, "remove_padding": False}
+    defaults = {"prompts": 8, "n": 4, "workers": 2, "micro": None, "lr": 1e-3, "kl_coef": 0.001}
     defaults |= {
+        "remove_padding": False,
         "response_length": 128,
         "prompt_length": 64,
         "steps": 4,
