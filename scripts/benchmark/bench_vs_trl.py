@@ -582,17 +582,16 @@ def main(argv=None) -> int:
     worker_counts = [int(w) for w in str(args.workers).split(",")]
     packings = [_flag(v) for v in str(args.remove_padding).split(",")]
     sides = our_sides(args.rollout.split(","), worker_counts, packings)
+    check_our_sides(args, model, sides)  # a refused override stops here, not after TRL's run
     rollouts = list(sides)
     runs: dict[str, list[dict]] = {"trl": [], **{side: [] for side in sides}}
     for round_index in range(args.rounds):
         suffix = f"_r{round_index}" if args.rounds > 1 else ""
         if not args.skip_trl:
             runs["trl"].append(measure_trl(args, model, os.path.join(work_dir, f"trl{suffix}")))
-        for side, (rollout, workers, packed) in sides.items():
-            args_r = argparse.Namespace(
-                **{**vars(args), "rollout": rollout, "workers": workers, "remove_padding": packed}
-            )
-            runs[side].append(measure_ours(args_r, model, os.path.join(work_dir, f"ours_{side}{suffix}")))
+        for side, spec in sides.items():
+            side_dir = os.path.join(work_dir, f"ours_{side}{suffix}")
+            runs[side].append(measure_ours(side_args(args, *spec), model, side_dir))
 
     trl_step = emit_side("trl", runs["trl"], ("gen", "ref", "update_fwd", "update")) if runs["trl"] else None
     for rollout in rollouts:
@@ -604,6 +603,25 @@ def main(argv=None) -> int:
             emit(f"ratio_trl_over_ours_{rollout}", round(trl_step / ours, 2), target=f">= {target}", rounds=per_round)
             emit_phase_ratios(rollout, runs["trl"], runs[rollout], trl_step)
     return 0
+
+
+def check_our_sides(args, model: str, sides: dict[str, tuple]) -> None:
+    """Run main_ppo's config check on every side's overrides (verl.trainer.main_ppo.prepare_config), so a refused
+    setting stops the benchmark before any side runs."""
+    from hydra import compose, initialize_config_dir
+
+    from verl.trainer.main_ppo import prepare_config
+
+    config_dir = os.path.join(REPO, "verl", "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        for side in sides.values():
+            overrides = our_overrides(side_args(args, *side), model, "/tmp")
+            prepare_config(compose(config_name="ppo_trainer", overrides=overrides))
+
+
+def side_args(args, rollout: str, workers: int, packed: bool) -> argparse.Namespace:
+    """The command line's arguments with one side's rollout, worker count and packing."""
+    return argparse.Namespace(**{**vars(args), "rollout": rollout, "workers": workers, "remove_padding": packed})
 
 
 def our_sides(rollouts: list[str], worker_counts: list[int], packings: list[bool]) -> dict[str, tuple]:

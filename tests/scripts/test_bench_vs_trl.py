@@ -64,6 +64,21 @@ def test_packing_is_a_side_of_its_own():
     ]
 
 
+def test_every_side_passes_the_config_check_before_anything_runs(tmp_path):
+    """A side whose overrides main_ppo would refuse stops the benchmark before TRL's run (not after it)."""
+    import pytest
+
+    from verl.demo.assets import resolve_builtin_path
+    from verl.demo.tiny_model import make_tiny_model_dir
+    from verl.trainer.config.errors import ConfigError
+
+    model = make_tiny_model_dir(str(tmp_path / "model"))
+    args = _args(rollout="hf", train_file=resolve_builtin_path("builtin://arithmetic/train.parquet"))
+    bench.check_our_sides(args, model, bench.our_sides(["hf"], [1, 2], [False, True]))
+    with pytest.raises(ConfigError, match="ppo_mini_batch_size|train_batch_size|n_gpus_per_node"):
+        bench.check_our_sides(args, model, {"hf_w3": ("hf", 3, False)})  # 32 samples do not split over 3 workers
+
+
 def _memory(peak_gb: float) -> SimpleNamespace:
     peak = int(peak_gb * 2**30)
     return SimpleNamespace(
