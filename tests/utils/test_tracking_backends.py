@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import struct
+import time
 
 import pytest
 
@@ -83,6 +84,32 @@ def _read_leveldb_log(path: str, ident: bytes) -> list[bytes]:
     return records
 
 
+def _wandb_records_through_exit(run_file: str, pb2, timeout_s: float = 30.0) -> list:
+    """The run file's records, read again until its `exit` record is there.
+
+    wandb.finish() returns once the run has exited, but the transaction log is written by the separate
+    wandb-core process; on a loaded host the read can come before its last write is visible.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = []
+        for raw in _read_leveldb_log(run_file, b":W&B"):
+            record = pb2.Record()
+            record.ParseFromString(raw)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
+def _wandb_internal_log(run_file: str) -> str:
+    """The tail of wandb-core's own log for this run, to explain a failure."""
+    path = os.path.join(os.path.dirname(run_file), "logs", "debug-internal.log")
+    if not os.path.exists(path):
+        return f"(no {path})"
+    return "debug-internal.log tail:\n" + "".join(open(path).readlines()[-40:])
+
+
 def test_wandb_offline_run_read_back(in_tmp, monkeypatch):
     pytest.importorskip("wandb", reason="wandb not installed (pip install wandb)")
     from wandb.proto import wandb_internal_pb2
@@ -93,17 +120,19 @@ def test_wandb_offline_run_read_back(in_tmp, monkeypatch):
     monkeypatch.setenv("NETRC", str(in_tmp / "no-netrc"))
     _log_three_steps("wandb")  # no key -> offline, without touching the network
     (run_file,) = glob.glob(str(in_tmp / "wandb" / "offline-run-*" / "run-*.wandb"))
+    records = _wandb_records_through_exit(run_file, wandb_internal_pb2)
     history = {}
     config = None
-    for raw in _read_leveldb_log(run_file, b":W&B"):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
+    for record in records:
         kind = record.WhichOneof("record_type")
         if kind == "history":
             items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
             history.setdefault(record.history.step.num, {}).update(items)
         elif kind == "run":
             config = {item.key: json.loads(item.value_json) for item in record.run.config.update}
+    kinds = [r.WhichOneof("record_type") for r in records]
+    why = f"history steps {sorted(history)}; records {kinds}; {_wandb_internal_log(run_file)}"
+    assert sorted(history) == [1, 2, 3], why
     assert [history[s]["actor/pg_loss"] for s in (1, 2, 3)] == [0.25, -1.5, 3.0]
     assert history[1]["val-core/gsm8k/acc@2"] == 0.5
     assert config["trainer"] == {"lr": 1e-6, "logger": ["wandb"]}
