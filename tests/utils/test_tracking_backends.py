@@ -73,6 +73,8 @@ def _read_leveldb_log(path: str, ident: bytes) -> list[bytes]:
             pos += block - pos % block
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if pos + 7 + length > len(data):  # the writer's buffer is not all on disk yet
+            break
         chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 0:
@@ -90,12 +92,17 @@ def _wandb_records_through_exit(run_file: str, pb2, timeout_s: float = 30.0) -> 
     wandb.finish() returns once the run has exited, but the transaction log is written by the separate
     wandb-core process; on a loaded host the read can come before its last write is visible.
     """
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout_s
     while True:
         records = []
         for raw in _read_leveldb_log(run_file, b":W&B"):
             record = pb2.Record()
-            record.ParseFromString(raw)
+            try:
+                record.ParseFromString(raw)
+            except DecodeError:  # a record cut at the end of what is on disk so far
+                break
             records.append(record)
         if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
             return records
