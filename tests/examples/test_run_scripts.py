@@ -20,9 +20,10 @@ RL_SCRIPTS = {
 }
 
 
-def _overrides(script: str) -> dict:
-    """``key=value`` arguments of the script (keys with a dot: shell variables such as ``save_path=$2`` have none)."""
-    found = {}
+def _override_args(script: str) -> list[str]:
+    """The script's ``key=value`` arguments as written (keys with a dot: shell variables such as ``save_path=$2``
+    have none), with ``$HOME`` as ``/home/u``."""
+    found = []
     with open(os.path.join(ROOT, script)) as f:
         for line in f:
             text = line.strip()
@@ -32,8 +33,13 @@ def _overrides(script: str) -> dict:
             match = _OVERRIDE.fullmatch(text)
             if match:
                 value = match.group(2).replace('"', "").replace("$HOME", "/home/u")
-                found[match.group(1)] = yaml.safe_load(value)
+                found.append(f"{match.group(1)}={value}")
     return found
+
+
+def _overrides(script: str) -> dict:
+    """:func:`_override_args` as a dict of parsed values."""
+    return {arg.split("=", 1)[0]: yaml.safe_load(arg.split("=", 1)[1]) for arg in _override_args(script)}
 
 
 def _apply(config_name: str, overrides: dict):
@@ -57,6 +63,24 @@ def test_rl_scripts_use_known_ppo_trainer_keys(script, estimator):
         assert cfg.critic.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
     else:
         assert cfg.actor_rollout_ref.rollout.n > 1
+
+
+def test_megatron_script_passes_main_ppos_config_check():
+    """The Megatron example composes on verl's ppo_megatron_trainer config and main_ppo's check accepts it as
+    written (tensor parallel 2 over its 2 workers; sequence parallelism and the distributed optimizer as the YAML)."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e .[megatron])")
+    from tests.trainer.ppo_e2e_utils import compose_config
+    from verl.trainer.main_ppo import prepare_config
+
+    script = "examples/grpo_trainer/run_tiny_cpu_megatron_tp2.sh"
+    with open(os.path.join(ROOT, script)) as f:
+        assert "main_ppo --config-name ppo_megatron_trainer" in f.read()
+    config = compose_config(_override_args(script), "ppo_megatron_trainer")
+    prepare_config(config)
+    actor = config.actor_rollout_ref.actor
+    assert actor.strategy == "megatron" and actor.megatron.tensor_model_parallel_size == 2
+    assert actor.megatron.sequence_parallel and actor.megatron.use_distributed_optimizer
+    assert config.actor_rollout_ref.ref.megatron.tensor_model_parallel_size == 2  # the reference follows the actor
 
 
 def test_sft_script_uses_known_sft_trainer_keys():
