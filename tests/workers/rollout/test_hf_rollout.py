@@ -258,3 +258,21 @@ def test_multi_turn_turns_carry_log_probs(model):
             logits = model(input_ids=ids).logits[0, len(row) - 1 : -1].float()
         expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(turn.token_ids)[:, None]).squeeze(-1)
         torch.testing.assert_close(torch.tensor(turn.log_probs), expected, atol=1e-4, rtol=0)
+
+
+def test_cpu_decode_dtype_is_decided_and_logged_once_per_rollout(model, monkeypatch, caplog):
+    """Without native bf16 the CPU rollout decodes in float32 and says so when it is built, not at every
+    generation."""
+    import logging
+
+    import verl.workers.rollout.vllm_cpu as vllm_cpu
+    from verl.utils.device import is_accelerator_available
+
+    if is_accelerator_available():
+        pytest.skip("the CPU decode dtype applies on a CPU-only machine")
+    monkeypatch.setattr(vllm_cpu, "cpu_has_native_bf16", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="verl.workers.rollout.vllm_cpu"):
+        rollout = HFRollout(model, rollout_config(dtype="bfloat16"))
+        for _ in range(2):
+            rollout.generate_sequences(prompts(do_sample=False))
+    assert caplog.text.count("no native bf16") == 1 and rollout._cpu_decode_dtype is torch.float32

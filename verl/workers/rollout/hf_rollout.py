@@ -101,6 +101,12 @@ class HFRollout(BaseRollout):
         self._context_users = 0
         # a weight load on another thread (partial rollout) closes and reopens the context: one at a time
         self._context_lock = threading.RLock()
+        # on CPU the weights decode in this dtype (None: as loaded, rollout.dtype=auto); decided, and logged, once
+        self._cpu_decode_dtype = None
+        if not is_accelerator_available():
+            from verl.workers.rollout.vllm_cpu import cpu_rollout_dtype
+
+            self._cpu_decode_dtype = getattr(torch, cpu_rollout_dtype(self.config.dtype), None)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate for left-padded ``input_ids``/``attention_mask``/``position_ids`` ``(B, P)``; tensors only.
@@ -164,13 +170,10 @@ class HFRollout(BaseRollout):
             stack.enter_context(fsdp2_full_params(self.module))
         if not is_accelerator_available():
             from verl.workers.engine.fsdp.cpu_attention import cpu_attention
-            from verl.workers.rollout.vllm_cpu import cpu_rollout_dtype
 
             stack.enter_context(cpu_attention(self.module))
-
-            dtype = getattr(torch, cpu_rollout_dtype(self.config.dtype), None)  # None for "auto": no cast
-            if isinstance(dtype, torch.dtype):
-                stack.enter_context(weights_cast_to(self.module, dtype))
+            if isinstance(self._cpu_decode_dtype, torch.dtype):
+                stack.enter_context(weights_cast_to(self.module, self._cpu_decode_dtype))
         return stack
 
     def _generate_segments(self, input_ids, attention_mask, config: GenerationConfig, stop_ids, **model_kwargs):

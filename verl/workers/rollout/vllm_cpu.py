@@ -38,22 +38,17 @@ def cpu_has_native_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
-_WARNED_DTYPES: set[str] = set()  # requested dtypes already said in this process's log
-
-
 def cpu_rollout_dtype(requested: str) -> str:
     """The dtype a CPU engine should run for ``rollout.dtype=requested``: half precision only where the CPU has
-    native bf16 (without it, vLLM emulates it at a third of float32's speed); float32 otherwise, said in the log once
-    per process (the HF rollout asks at every generation)."""
+    native bf16 (without it, vLLM emulates it at a third of float32's speed); float32 otherwise, said in the log
+    (callers ask once, when they build their engine)."""
     requested = str(requested).lower().removeprefix("torch.")
     if requested in _HALF and not cpu_has_native_bf16():
-        if requested not in _WARNED_DTYPES:
-            _WARNED_DTYPES.add(requested)
-            logger.warning(
-                "actor_rollout_ref.rollout.dtype=%s: this CPU has no native bf16 (AVX512-BF16/AMX), so the rollout "
-                "generates in float32, which is faster here; set rollout.dtype=float32 to silence this",
-                requested,
-            )
+        logger.warning(
+            "actor_rollout_ref.rollout.dtype=%s: this CPU has no native bf16 (AVX512-BF16/AMX), so the rollout "
+            "generates in float32, which is faster here; set rollout.dtype=float32 to silence this",
+            requested,
+        )
         return "float32"
     return requested
 
