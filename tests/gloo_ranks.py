@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
 
 import torch.distributed as dist
@@ -23,6 +24,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def publish_port(path: str, port: int) -> None:
+    """Hand a port that this process has already bound to processes waiting in :func:`wait_for_port` (atomic: they
+    never read a half-written file)."""
+    with open(path + ".tmp", "w") as f:
+        f.write(str(port))
+    os.replace(path + ".tmp", path)
+
+
+def wait_for_port(path: str, timeout_s: float = 120.0) -> int:
+    """The port another process gave :func:`publish_port`."""
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no port was published at {path} within {timeout_s:.0f} s")
+        time.sleep(0.05)
+    with open(path) as f:
+        return int(f.read())
 
 
 def _rank_main(rank: int, body: Callable, world: int, port: int, args: tuple) -> None:

@@ -10,9 +10,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.gloo_ranks import free_port
+from tests.gloo_ranks import publish_port, wait_for_port
 from verl.checkpoint_engine import SyncStats, build_checkpoint_engine, get_checkpoint_engine_cls, resolve_backend
 from verl.checkpoint_engine.base import _Assembler, pack_pieces, unpack_pieces
+from verl.checkpoint_engine.collective import host_rendezvous
 
 WORLD = 3
 
@@ -36,10 +37,13 @@ def _payload_bytes(weights) -> int:
     return sum(t.numel() * t.element_size() for _, t in weights)
 
 
-def _rank_main(rank: int, port: int, bucket_sizes: list[int], versions: list[int], out_dir: str) -> None:
+def _rank_main(rank: int, bucket_sizes: list[int], versions: list[int], out_dir: str) -> None:
     engine = build_checkpoint_engine("gloo", rank, WORLD, bucket_sizes[0] / (1 << 20))
     assert engine.bucket_bytes == bucket_sizes[0]
-    engine.connect("127.0.0.1", port)
+    port_file = os.path.join(out_dir, "port")
+    if rank == 0:  # the sender binds its rendezvous first, then hands the port out
+        publish_port(port_file, host_rendezvous("127.0.0.1"))
+    engine.connect("127.0.0.1", wait_for_port(port_file))
     results = []
     for bucket_bytes, version in zip(bucket_sizes, versions, strict=True):
         engine.bucket_bytes = bucket_bytes  # only the sender's matters: receivers follow its buckets
@@ -58,7 +62,7 @@ def test_every_receiver_gets_every_tensor_of_every_version_exactly(tmp_path):
     # 64-byte buckets, smaller than most tensors here (embed.weight is 1184 bytes): they span buckets; then one
     # bucket of 1 MiB that holds the whole stream
     bucket_sizes, versions = [64, 64, 64, 1 << 20], [0, 1, 7, 3]
-    args = (free_port(), bucket_sizes, versions, str(tmp_path))
+    args = (bucket_sizes, versions, str(tmp_path))
     mp.spawn(_rank_main, args=args, nprocs=WORLD, join=True)
     sent, *receivers = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
     bucket_bytes = 64

@@ -32,9 +32,23 @@ from verl.checkpoint_engine.base import (
 )
 from verl.utils.device import get_device_id, get_device_name
 
-__all__ = ["CollectiveCheckpointEngine"]
+__all__ = ["CollectiveCheckpointEngine", "host_rendezvous"]
 
 _STORE_PREFIX = "verl_checkpoint_engine"
+
+# Rendezvous stores the sender bound before it handed out their port, by port: picking a free port first and binding
+# it later lets another socket (a gloo pair's ephemeral port, say) take it in between (EADDRINUSE).
+_HOSTED_STORES: dict[int, dist.TCPStore] = {}
+
+
+def host_rendezvous(master_addr: str, timeout_s: float = 600.0) -> int:
+    """Bind the sender's rendezvous store now, on a port the kernel picks, and return that port; the sender's
+    :meth:`CollectiveCheckpointEngine.connect` to it later takes this store instead of binding a new one."""
+    store = dist.TCPStore(
+        master_addr, 0, None, is_master=True, timeout=timedelta(seconds=timeout_s), wait_for_workers=False
+    )
+    _HOSTED_STORES[store.port] = store
+    return store.port
 
 
 def _is_loopback(address: str) -> bool:
@@ -66,14 +80,16 @@ class CollectiveCheckpointEngine(CheckpointEngine):
 
     # ------------------------------------------------------------------------------------------------ group
     def connect(self, master_addr: str, master_port: int) -> None:
-        store = dist.TCPStore(
-            master_addr,
-            int(master_port),
-            self.world_size,
-            is_master=self.is_sender,
-            timeout=self.timeout,
-            wait_for_workers=False,
-        )
+        store = _HOSTED_STORES.pop(int(master_port), None) if self.is_sender else None
+        if store is None:
+            store = dist.TCPStore(
+                master_addr,
+                int(master_port),
+                self.world_size,
+                is_master=self.is_sender,
+                timeout=self.timeout,
+                wait_for_workers=False,
+            )
         self._store = store
         store = dist.PrefixStore(_STORE_PREFIX, store)
         if self.backend == "gloo":

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.gloo_ranks import free_port
+from tests.gloo_ranks import free_port, publish_port, wait_for_port
 from tests.workers.gpu_actor_steps import BATCH, RESPONSE_LEN, rollout_batch
 
 ACTOR_WORLD = 2
@@ -58,13 +58,17 @@ def _prompts():
     return DataProto.from_dict(tensors, meta_info={"do_sample": False, "validate": True})
 
 
-def _actor(rank: int, model: str, port: int, out: str) -> None:
+def _actor(rank: int, model: str, port_file: str, out: str) -> None:
     """Actor ranks (FSDP2 over 2 processes): sync version 0, one PPO update, sync version 1."""
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
     worker = ActorRolloutRefWorker(_config(model, hybrid=True), role="actor_rollout")
     worker.init_model()
-    worker.init_checkpoint_engine("127.0.0.1", port, 2, 0)
+    # as the trainer does: rank 0 binds the rendezvous and hands out its address (here through a file)
+    address, port = worker.checkpoint_engine_address()
+    if rank == 0:
+        publish_port(port_file, port)
+    worker.init_checkpoint_engine(address, port, 2, 0)
     stats = [worker.send_weights(0)]
     batch = rollout_batch(vocab=VOCAB, seed=2)
     worker.update_actor(batch.chunk(ACTOR_WORLD)[rank])
@@ -82,14 +86,14 @@ def _actor(rank: int, model: str, port: int, out: str) -> None:
     worker.close_checkpoint_engine()
 
 
-def _rollout(model: str, port: int, out: str) -> None:
+def _rollout(model: str, port_file: str, out: str) -> None:
     from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
 
     worker = ActorRolloutRefWorker(_config(model, hybrid=False), role="rollout")
     worker.init_model()
     assert worker.actor_engine is None and worker.actor is None  # the inference engine alone, no optimizer
     before = worker.generate_sequences(_prompts())
-    worker.init_checkpoint_engine("127.0.0.1", port, 2, 1)
+    worker.init_checkpoint_engine("127.0.0.1", wait_for_port(port_file), 2, 1)
     stats = [worker.receive_weights()]
     after_v0 = worker.generate_sequences(_prompts())
     stats.append(worker.receive_weights())
@@ -108,18 +112,21 @@ def _rollout(model: str, port: int, out: str) -> None:
     worker.close_checkpoint_engine()
 
 
-def _main(index: int, model: str, ports: tuple[int, int, int], out_dir: str) -> None:
-    actor_port, rollout_port, transfer_port = ports
+def _main(index: int, model: str, ports: tuple[int, int], out_dir: str) -> None:
+    actor_port, rollout_port = ports
+    port_file = os.path.join(out_dir, "transfer_port")
     if index < ACTOR_WORLD:  # the actor's world: processes 0 and 1
         env = dict(RANK=index, WORLD_SIZE=ACTOR_WORLD, LOCAL_RANK=index, LOCAL_WORLD_SIZE=ACTOR_WORLD, port=actor_port)
     else:  # the rollout's own world of one
         env = dict(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, port=rollout_port)
     os.environ.update({k: str(v) for k, v in env.items() if k != "port"})
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(env["port"]), TOKENIZERS_PARALLELISM="false")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(env["port"]), MY_HOST_IP="127.0.0.1", TOKENIZERS_PARALLELISM="false"
+    )
     if index < ACTOR_WORLD:
-        _actor(index, model, transfer_port, os.path.join(out_dir, "actor.pt"))
+        _actor(index, model, port_file, os.path.join(out_dir, "actor.pt"))
     else:
-        _rollout(model, transfer_port, os.path.join(out_dir, "rollout.pt"))
+        _rollout(model, port_file, os.path.join(out_dir, "rollout.pt"))
     dist.barrier()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -136,7 +143,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_rollout_on_its_own_worker_receives_the_updated_actor(model_dir, tmp_path):
-    ports = (free_port(), free_port(), free_port())
+    ports = (free_port(), free_port())
     mp.spawn(_main, args=(model_dir, ports, str(tmp_path)), nprocs=ACTOR_WORLD + 1, join=True)
     actor = torch.load(tmp_path / "actor.pt", weights_only=False)
     rollout = torch.load(tmp_path / "rollout.pt", weights_only=False)

@@ -303,11 +303,15 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
     # ------------------------------------------------------------------------------------------ checkpoint engine
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def checkpoint_engine_address(self) -> tuple[str, int]:
-        """An address and free port on this worker's node, for a checkpoint-engine rendezvous that actor rank 0
-        hosts (the driver takes rank 0's answer)."""
+        """The address and port of the checkpoint-engine rendezvous that actor rank 0 hosts (the driver takes rank
+        0's answer). Rank 0 binds it here, before the port is handed out, so nothing can take the port in between."""
+        from verl.checkpoint_engine.collective import host_rendezvous
         from verl.single_controller.base.worker import WorkerHelper
 
-        return WorkerHelper._get_node_ip(), WorkerHelper._get_free_port()
+        address = WorkerHelper._get_node_ip()
+        if self._is_actor and self.rank == 0:
+            return address, host_rendezvous(address)
+        return address, 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def init_checkpoint_engine(
