@@ -79,3 +79,28 @@ def peak_rss_gb() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (2**30 if sys.platform == "darwin" else 2**20)  # bytes on macOS, KiB on Linux
+
+
+_LIBC_MALLOC_TRIM = None
+
+
+def release_freed_host_memory() -> None:
+    """Give the OS back the memory freed tensors left in glibc's heaps (``malloc_trim``); a no-op without glibc.
+
+    A CPU worker's phases (generate, log-probs, update) each free gigabytes of tensors, but glibc keeps freed
+    chunks of its heaps (and of one arena per thread) for reuse, so the process's resident memory is the sum of
+    what the phases left rather than the largest one. Trimming between phases costs milliseconds; a smaller mmap
+    threshold (``MALLOC_MMAP_THRESHOLD_``) would release memory too, but page-faults every large tensor afresh and
+    measured 20-28% slower steps.
+    """
+    global _LIBC_MALLOC_TRIM
+    if _LIBC_MALLOC_TRIM is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _LIBC_MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+            _LIBC_MALLOC_TRIM = False
+    if _LIBC_MALLOC_TRIM:
+        _LIBC_MALLOC_TRIM(0)

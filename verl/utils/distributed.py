@@ -11,7 +11,6 @@ import torch
 import torch.distributed as dist
 
 from verl.utils.device import get_dist_backend, get_torch_device, is_accelerator_available
-from verl.utils.host_memory import reuse_freed_host_memory
 
 logger = logging.getLogger(__name__)
 
@@ -85,15 +84,10 @@ def use_cpu_share() -> int:
     """
     # VERL_HOST_WORKERS: the worker processes of all groups on this host, where groups on separate pools share its
     # cores (a standalone rollout beside the actor); otherwise this group's own processes on the host
-    workers = int(os.environ.get("VERL_HOST_WORKERS") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
-    threads = cpu_share(workers)
+    threads = cpu_share(int(os.environ.get("VERL_HOST_WORKERS") or os.environ.get("LOCAL_WORLD_SIZE") or 1))
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for the processes and libraries that read it later
     logger.info("using %d CPU threads in this worker", threads)
-    if os.getenv("WG_BACKEND") == "ray":
-        # a process of its own keeps its freed memory for reuse (verl/utils/host_memory.py); one that hosts workers
-        # beside other work (the in-process worker group's driver, a test session) keeps glibc's defaults
-        reuse_freed_host_memory(workers)
     return threads
 
 

@@ -52,7 +52,7 @@ def test_a_step_capture_names_the_phase(tmp_path):
 def test_a_phase_hands_freed_host_memory_back_on_cpu_even_when_it_raises(monkeypatch):
     released = []
     monkeypatch.setattr(phases, "is_accelerator_available", lambda: False)
-    monkeypatch.setattr(phases, "release_excess_host_memory", lambda: released.append(1))
+    monkeypatch.setattr(phases, "release_freed_host_memory", lambda: released.append(1))
 
     class Failing(_Worker):
         @compute_phase

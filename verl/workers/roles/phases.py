@@ -9,8 +9,7 @@ import functools
 import time
 
 from verl.utils.debug import DistProfiler
-from verl.utils.device import is_accelerator_available
-from verl.utils.host_memory import release_excess_host_memory
+from verl.utils.device import is_accelerator_available, release_freed_host_memory
 
 __all__ = ["compute_phase", "is_compute_phase", "reports_compute_time"]
 
@@ -32,8 +31,7 @@ def reports_compute_time(func):
 def compute_phase(func):
     """A named profiler range around the call, or a capture of its own under ``profiler.discrete`` (the worker's
     ``profiler``, see :class:`~verl.utils.debug.DistProfilerExtension`); and, on a CPU-only machine, the memory the
-    call freed handed back to the OS when it ends, beyond what the worker keeps for the next phase to reuse
-    (:func:`~verl.utils.host_memory.release_excess_host_memory`): otherwise each phase's freed
+    call freed handed back to the OS when it ends (:func:`release_freed_host_memory`): otherwise each phase's freed
     tensors stay resident beside the next one's."""
     profiled = DistProfiler.annotate(func.__name__)(func)
 
@@ -43,7 +41,7 @@ def compute_phase(func):
             return profiled(self, *args, **kwargs)
         finally:
             if not is_accelerator_available():
-                release_excess_host_memory()
+                release_freed_host_memory()
 
     wrapper._verl_compute_phase = True
     return wrapper

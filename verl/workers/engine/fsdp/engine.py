@@ -21,6 +21,7 @@ import torch.nn as nn
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.utils.dataset.vision_utils import merge_multi_modal_inputs
+from verl.utils.device import release_freed_host_memory
 from verl.utils.fsdp_utils import FSDP2Accumulation, fsdp2_full_params, fsdp_version
 from verl.workers.engine.base import LossFn, TrainingEngine
 from verl.workers.engine.fsdp.cpu_attention import training_attention
@@ -64,6 +65,15 @@ def _entropy_formula(logits: torch.Tensor) -> torch.Tensor:
     reduction over the vocabulary, forward and backward; eager, it would allocate two full-size float32 copies."""
     x = logits.float()
     return (torch.logsumexp(x, dim=-1) - (torch.softmax(x, dim=-1) * x).sum(-1)).to(logits.dtype)
+
+
+def _release_host_memory(device: torch.device) -> None:
+    """On CPU, hand the memory this micro batch freed back to the OS before the next allocations (see
+    :func:`verl.utils.device.release_freed_host_memory`). glibc otherwise keeps the forward's freed activations in
+    its heaps beside the backward's, and one micro batch's beside the next one's: on SmolLM2-135M's shape (micro
+    batch 4 x 282 tokens) the update's peak fell by 0.5 GB per process, at the same speed."""
+    if device.type == "cpu":
+        release_freed_host_memory()
 
 
 def _sharded_across_ranks(module: nn.Module) -> bool:
@@ -465,6 +475,8 @@ class FSDPEngine(TrainingEngine):
             for key, value in outputs.items():
                 if value is not None:
                     results.setdefault(key, []).append(value)
+            if self.kind == "policy":
+                _release_host_memory(self.device)
 
     @contextlib.contextmanager
     def training(self, data: DataProto) -> Iterator[DataProto]:
@@ -497,9 +509,11 @@ class FSDPEngine(TrainingEngine):
             self._accumulation.micro_batch(last=self._micro_batches_left == 0)
         micro_batch = to_device(micro_batch, self.device)
         loss, metrics = loss_fn(self._forward(micro_batch, **forward_kwargs), micro_batch)
+        _release_host_memory(self.device)  # the forward's freed temporaries, before the backward's
         loss.backward()
         if self._accumulation is not None and self._micro_batches_left == 0:
             self._accumulation.finish()
+        _release_host_memory(self.device)
         return metrics
 
     def zero_grad(self) -> None:
