@@ -143,3 +143,17 @@ def test_the_local_transport_hands_each_transfer_to_every_receiver_once():
     sender.send_weights(iter(_weights(3)), 3)  # every receiver read version 2: the next one may go
     for engine in (sender, *receivers):
         engine.finalize()
+
+
+def test_a_rendezvous_bound_ahead_serves_the_sender_with_the_engines_timeout():
+    """The sender's store, bound by host_rendezvous before the engine exists, is the one connect uses, and it takes
+    the engine's ``timeout_s`` (a group of one: the sender alone)."""
+    from datetime import timedelta
+
+    port = host_rendezvous("127.0.0.1")
+    engine = build_checkpoint_engine("gloo", 0, 1, 1.0, {"gloo": {"timeout_s": 7.0}})
+    engine.connect("127.0.0.1", port)
+    try:
+        assert engine._store.port == port and engine._store.timeout == timedelta(seconds=7)
+    finally:
+        engine.finalize()

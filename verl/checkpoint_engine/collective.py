@@ -41,12 +41,11 @@ _STORE_PREFIX = "verl_checkpoint_engine"
 _HOSTED_STORES: dict[int, dist.TCPStore] = {}
 
 
-def host_rendezvous(master_addr: str, timeout_s: float = 600.0) -> int:
+def host_rendezvous(master_addr: str) -> int:
     """Bind the sender's rendezvous store now, on a port the kernel picks, and return that port; the sender's
-    :meth:`CollectiveCheckpointEngine.connect` to it later takes this store instead of binding a new one."""
-    store = dist.TCPStore(
-        master_addr, 0, None, is_master=True, timeout=timedelta(seconds=timeout_s), wait_for_workers=False
-    )
+    :meth:`CollectiveCheckpointEngine.connect` to it later takes this store (with the engine's timeout) instead of
+    binding a new one."""
+    store = dist.TCPStore(master_addr, 0, None, is_master=True, wait_for_workers=False)
     _HOSTED_STORES[store.port] = store
     return store.port
 
@@ -81,7 +80,9 @@ class CollectiveCheckpointEngine(CheckpointEngine):
     # ------------------------------------------------------------------------------------------------ group
     def connect(self, master_addr: str, master_port: int) -> None:
         store = _HOSTED_STORES.pop(int(master_port), None) if self.is_sender else None
-        if store is None:
+        if store is not None:
+            store.set_timeout(self.timeout)  # bound before this engine, and its timeout_s, existed
+        else:
             store = dist.TCPStore(
                 master_addr,
                 int(master_port),
