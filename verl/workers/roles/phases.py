@@ -31,8 +31,8 @@ def reports_compute_time(func):
 def compute_phase(func):
     """A named profiler range around the call, or a capture of its own under ``profiler.discrete`` (the worker's
     ``profiler``, see :class:`~verl.utils.debug.DistProfilerExtension`); and, on a CPU-only machine, the memory the
-    call freed handed back to the OS when it ends (:func:`release_freed_host_memory`): otherwise each phase's freed
-    tensors stay resident beside the next one's."""
+    call freed handed back to the OS when it ends if the host is short of it (:func:`release_freed_host_memory`):
+    otherwise each phase's freed tensors stay resident beside the next one's, for it to reuse."""
     profiled = DistProfiler.annotate(func.__name__)(func)
 
     @functools.wraps(func)
