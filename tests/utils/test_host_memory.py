@@ -62,3 +62,22 @@ def test_freed_heap_memory_is_kept_for_reuse_while_the_host_has_room_and_returne
     assert release_freed_host_memory()
     assert before - _rss_mb() > 150, (before, _rss_mb())
     assert keep.sum().item() == 2**18
+
+
+@glibc_only
+def test_the_room_is_shared_by_the_hosts_worker_processes(monkeypatch):
+    held = 100 * 2**20
+    monkeypatch.setattr(device, "held_free_heap_bytes", lambda: held)
+    # 8x held available: one worker may hold a quarter of it (2x held) and keeps it; four share it (half held each)
+    monkeypatch.setattr(device, "host_memory_available_bytes", lambda: 8 * held)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.delenv("VERL_HOST_WORKERS", raising=False)
+    assert not release_freed_host_memory()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert release_freed_host_memory()
+
+
+@glibc_only
+def test_without_mallinfo2_every_call_trims(monkeypatch):
+    monkeypatch.setattr(device, "held_free_heap_bytes", lambda: None)
+    assert release_freed_host_memory()
