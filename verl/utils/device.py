@@ -91,8 +91,19 @@ class _Mallinfo2(ctypes.Structure):
 
     _fields_ = [
         (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks")
-    ] + [("fordblks", ctypes.c_size_t), ("keepcost", ctypes.c_size_t)]
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def _glibc():
@@ -104,6 +115,8 @@ def _glibc():
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             libc.malloc_trim  # noqa: B018 - glibc only
+            if hasattr(libc, "mallinfo2"):
+                libc.mallinfo2.restype = _Mallinfo2
             _LIBC = libc
         except (OSError, AttributeError):
             _LIBC = False
@@ -116,7 +129,6 @@ def held_free_heap_bytes() -> int | None:
     libc = _glibc()
     if libc is None or not hasattr(libc, "mallinfo2"):
         return None
-    libc.mallinfo2.restype = _Mallinfo2
     return int(libc.mallinfo2().fordblks)
 
 
@@ -137,8 +149,10 @@ def host_memory_available_bytes() -> int | None:
 HELD_SHARE_OF_AVAILABLE = 0.25
 
 
-def _host_worker_processes() -> int:
-    """The worker processes sharing this host (as ``verl.utils.distributed.use_cpu_share`` counts them)."""
+def host_worker_processes() -> int:
+    """The worker processes sharing this host's cores and memory: ``VERL_HOST_WORKERS`` (all groups' processes on
+    the host, where groups on separate pools share it: a standalone rollout beside the actor), else this group's own
+    (``LOCAL_WORLD_SIZE``)."""
     return max(1, int(os.environ.get("VERL_HOST_WORKERS") or os.environ.get("LOCAL_WORLD_SIZE") or 1))
 
 
@@ -164,7 +178,7 @@ def release_freed_host_memory(force: bool = False) -> bool:
         return False
     if not force:
         held, available = held_free_heap_bytes(), host_memory_available_bytes()
-        share = HELD_SHARE_OF_AVAILABLE / _host_worker_processes()
+        share = HELD_SHARE_OF_AVAILABLE / host_worker_processes()
         if held is not None and available is not None and held <= share * available:
             return False
     libc.malloc_trim(0)

@@ -10,7 +10,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from verl.utils.device import get_dist_backend, get_torch_device, is_accelerator_available
+from verl.utils.device import get_dist_backend, get_torch_device, host_worker_processes, is_accelerator_available
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +82,7 @@ def use_cpu_share() -> int:
     a core idle, two workers on a 16-core box fourteen. The engines (vLLM's CPU worker included) read torch's
     thread count when they start, so this runs before anything is built.
     """
-    # VERL_HOST_WORKERS: the worker processes of all groups on this host, where groups on separate pools share its
-    # cores (a standalone rollout beside the actor); otherwise this group's own processes on the host
-    threads = cpu_share(int(os.environ.get("VERL_HOST_WORKERS") or os.environ.get("LOCAL_WORLD_SIZE") or 1))
+    threads = cpu_share(host_worker_processes())
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for the processes and libraries that read it later
     logger.info("using %d CPU threads in this worker", threads)

@@ -72,7 +72,8 @@ def _release_host_memory(device: torch.device) -> None:
     short of memory (see :func:`verl.utils.device.release_freed_host_memory`). glibc otherwise keeps the forward's
     freed activations in its heaps beside the backward's, and one micro batch's beside the next one's: on
     SmolLM2-135M's shape (micro batch 4 x 282 tokens) trimming always took the update's peak down by 0.5 GB per
-    process, at the same speed; where memory is plentiful they are kept for reuse, which saves the page faults."""
+    process (at the same speed on that host); where memory is plentiful they are kept for reuse, which saves the
+    page faults."""
     if device.type == "cpu":
         release_freed_host_memory()
 
