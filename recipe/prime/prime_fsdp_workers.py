@@ -23,6 +23,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension
 from verl.utils.distributed import init_distributed
 from verl.utils.import_utils import import_external_libs
+from verl.workers.engine.fsdp.activation_checkpointing import ActivationCheckpointing
 from verl.workers.engine.fsdp.offload import OffloadGuard
 from verl.workers.engine.fsdp.setup import (
     build_fsdp_model,
@@ -68,6 +69,11 @@ class PRIMERewardModelWorker(Worker, DistProfilerExtension):
         trust = model_cfg.trust_remote_code
         tokenizer_path = self._model_option("tokenizer_path", None)
 
+        # the PRM trains through an actor built over its module, which does not plan per micro batch: full recompute
+        checkpointing = None
+        if self._model_option("enable_gradient_checkpointing", False):
+            checkpointing = ActivationCheckpointing("full")
+
         def load(path: str, trainable: bool):
             files = load_pretrained(
                 path, use_shm=model_cfg.use_shm, trust_remote_code=trust, tokenizer_path=tokenizer_path
@@ -80,7 +86,7 @@ class PRIMERewardModelWorker(Worker, DistProfilerExtension):
                 device_mesh=self.device_mesh,
                 trainable=trainable,
                 trust_remote_code=trust,
-                gradient_checkpointing=bool(self._model_option("enable_gradient_checkpointing", False)),
+                gradient_checkpointing=checkpointing if trainable else None,
                 cpu_offload=None if trainable else True,
             )
             return files, module

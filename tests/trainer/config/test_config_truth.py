@@ -30,6 +30,7 @@ from verl.demo.tiny_model import make_tiny_model_dir
 from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks import ppo as ppo_checks
 from verl.trainer.config.checks.ppo import check_ppo_config
+from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl.utils.config import BaseConfig, reads_paused, record_reads
 from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY
@@ -329,6 +330,8 @@ CHOICES: dict[str, tuple] = {
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
     "reward_model.reward_manager": tuple(sorted(REWARD_MANAGER_REGISTRY)),
     f"{A}.policy_loss.loss_mode": tuple(sorted(POLICY_LOSS_REGISTRY)),
+    "actor_rollout_ref.model.gradient_checkpointing_policy": GRADIENT_CHECKPOINTING_POLICIES,
+    f"{C}.model.gradient_checkpointing_policy": GRADIENT_CHECKPOINTING_POLICIES,
 }
 
 

@@ -31,6 +31,7 @@ EXPECTED_PPO = {
         "model": {
             "path": "~/models/deepseek-llm-7b-chat", "custom_chat_template": None, "use_shm": False,
             "external_lib": None, "override_config": {}, "enable_gradient_checkpointing": True,
+            "gradient_checkpointing_policy": "auto",
             "enable_activation_offload": False, "use_remove_padding": False, "lora_rank": 0, "lora_alpha": 16,
             "target_modules": "all-linear", "use_liger": False, "use_fused_kernels": False,
             "fused_kernel_options": {"impl_backend": "torch"}, "trust_remote_code": False,
@@ -111,6 +112,7 @@ EXPECTED_PPO = {
             "path": "~/models/deepseek-llm-7b-chat", "use_shm": False,
             "tokenizer_path": "~/models/deepseek-llm-7b-chat",
             "override_config": {}, "external_lib": None, "enable_gradient_checkpointing": True,
+            "gradient_checkpointing_policy": "auto",
             "enable_activation_offload": False, "use_remove_padding": False, "trust_remote_code": False,
             "fsdp_config": {
                 "param_offload": False, "optimizer_offload": False, "offload_policy": False,

@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 from verl.trainer.config.engine import FSDPConfig
 from verl.utils.config import BaseConfig
 
-__all__ = ["CriticModelConfig", "FusedKernelOptions", "HFModelConfig", "RewardModelModelConfig"]
+__all__ = [
+    "GRADIENT_CHECKPOINTING_POLICIES",
+    "CriticModelConfig",
+    "FusedKernelOptions",
+    "HFModelConfig",
+    "RewardModelModelConfig",
+]
+
+# how checkpointed layers recompute in the backward (verl.workers.engine.fsdp.activation_checkpointing)
+GRADIENT_CHECKPOINTING_POLICIES = ("auto", "full", "selective")
 
 
 @dataclass
@@ -27,6 +36,7 @@ class HFModelConfig(BaseConfig):
     external_lib: str | list[str] | None = None
     override_config: dict = field(default_factory=dict)
     enable_gradient_checkpointing: bool = True
+    gradient_checkpointing_policy: str = "auto"
     enable_activation_offload: bool = False
     use_remove_padding: bool = False
     lora_rank: int = 0
@@ -52,6 +62,7 @@ class CriticModelConfig(BaseConfig):
     override_config: dict = field(default_factory=dict)
     external_lib: str | list[str] | None = None
     enable_gradient_checkpointing: bool = True
+    gradient_checkpointing_policy: str = "auto"
     enable_activation_offload: bool = False
     use_remove_padding: bool = False
     trust_remote_code: bool = False

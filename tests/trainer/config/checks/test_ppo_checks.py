@@ -495,6 +495,17 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
         ({"actor_rollout_ref__model__enable_activation_offload": True}, "enable_activation_offload=True is not impl"),
         ({"critic__model__enable_activation_offload": True}, "critic.model.enable_activation_offload=True"),
         (
+            {"actor_rollout_ref__model__gradient_checkpointing_policy": "partial"},
+            r"actor_rollout_ref.model.gradient_checkpointing_policy='partial' is not supported; expected one of",
+        ),
+        (
+            {
+                "critic__model__gradient_checkpointing_policy": "selective",
+                "critic__model__enable_gradient_checkpointing": False,
+            },
+            "critic.model.gradient_checkpointing_policy=selective with critic.model.enable_gradient_checkpointing=F",
+        ),
+        (
             {"actor_rollout_ref__model__use_liger": True},
             "use_liger=True: the Liger kernels are applied only by the SFT",
         ),
@@ -854,3 +865,16 @@ def test_trainer_and_rollout_processes_count_together(standalone):
 def test_hybrid_engine_ignores_rollout_pool(base_cfg):
     cfg = PPOConfig.from_config(_with(base_cfg, rollout__n_gpus_per_node=4096))
     assert check_standalone_rollout(cfg, "cpu") == []
+
+
+def test_selective_checkpointing_under_megatron_is_refused_and_auto_accepted():
+    from types import SimpleNamespace
+
+    from verl.trainer.config.checks.runtime_support import _check_checkpointing_policy
+
+    model = SimpleNamespace(gradient_checkpointing_policy="selective", enable_gradient_checkpointing=True)
+    with pytest.raises(ConfigError, match="selective applies to the FSDP engines; under strategy=megatron set"):
+        _check_checkpointing_policy("actor_rollout_ref.model", model, "megatron")
+    _check_checkpointing_policy("actor_rollout_ref.model", model, "fsdp2")
+    model.gradient_checkpointing_policy = "auto"
+    _check_checkpointing_policy("actor_rollout_ref.model", model, "megatron")

@@ -9,6 +9,7 @@ import os
 import shutil
 
 from verl.trainer.config import ConfigError
+from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES
 
 __all__ = ["check_fused_head_model", "check_runtime_support"]
 
@@ -45,8 +46,10 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
                     f"reward_model.model.{name}=True is not implemented in the reward-model worker (its padded "
                     "forward gives the same scores); set it False"
                 )
-    models = [("actor_rollout_ref.model", arr.model)] + ([("critic.model", config.critic.model)] if use_critic else [])
-    for key, model in models:
+    models = [("actor_rollout_ref.model", arr.model, arr.actor.strategy)]
+    models += [("critic.model", config.critic.model, config.critic.strategy)] if use_critic else []
+    for key, model, strategy in models:
+        _check_checkpointing_policy(key, model, strategy)
         if model.enable_activation_offload:
             raise ConfigError(
                 f"{key}.enable_activation_offload=True is not implemented in the PPO workers; set it False "
@@ -184,3 +187,26 @@ def check_fused_head_model(config, text_config) -> None:
     reason = logit_transform_reason(text_config)
     if reason is not None:
         raise ConfigError(f"actor_rollout_ref.model.use_fused_kernels=True: {reason}; set it False")
+
+
+def _check_checkpointing_policy(key: str, model, strategy: str) -> None:
+    """``gradient_checkpointing_policy``: one of the policies; ``selective`` only where it can act (checkpointing
+    on, an FSDP engine). ``auto`` is valid everywhere: it is full recompute wherever selective is not possible."""
+    policy = model.gradient_checkpointing_policy
+    if policy not in GRADIENT_CHECKPOINTING_POLICIES:
+        raise ConfigError(
+            f"{key}.gradient_checkpointing_policy={policy!r} is not supported; expected one of "
+            f"{list(GRADIENT_CHECKPOINTING_POLICIES)}"
+        )
+    if policy != "selective":
+        return
+    if not model.enable_gradient_checkpointing:
+        raise ConfigError(
+            f"{key}.gradient_checkpointing_policy=selective with {key}.enable_gradient_checkpointing=False: nothing "
+            "is checkpointed; set enable_gradient_checkpointing=True, or leave the policy at auto"
+        )
+    if strategy == "megatron":
+        raise ConfigError(
+            f"{key}.gradient_checkpointing_policy=selective applies to the FSDP engines; under strategy=megatron set "
+            "megatron.override_transformer_config.recompute_granularity instead, or leave the policy at auto"
+        )

@@ -24,6 +24,7 @@ from verl.utils.dataset.vision_utils import merge_multi_modal_inputs
 from verl.utils.device import release_freed_host_memory
 from verl.utils.fsdp_utils import FSDP2Accumulation, fsdp2_full_params, fsdp_version
 from verl.workers.engine.base import LossFn, TrainingEngine
+from verl.workers.engine.fsdp.activation_checkpointing import ActivationCheckpointing
 from verl.workers.engine.fsdp.cpu_attention import training_attention
 from verl.workers.engine.fsdp.fused_head import check_fusable_head, fused_output_head
 from verl.workers.engine.fsdp.hf_forward import (
@@ -115,6 +116,7 @@ class FSDPEngine(TrainingEngine):
         checkpoint_config=None,
         processing_class=None,
         remove_padding_key: str = "use_remove_padding",
+        gradient_checkpointing: ActivationCheckpointing | None = None,
     ):
         if kind not in ("policy", "value", "score"):
             raise ValueError(f"kind={kind!r}: expected 'policy', 'value' or 'score'")
@@ -135,6 +137,7 @@ class FSDPEngine(TrainingEngine):
         self.offload = offload or OffloadGuard(offload_param=False, offload_optimizer=False)
         self.checkpoint_config = checkpoint_config
         self.processing_class = processing_class
+        self.gradient_checkpointing = gradient_checkpointing
         self._checkpoint_manager = None
         if kind == "policy" and use_fused_kernels:
             check_fusable_head(module)
@@ -218,6 +221,10 @@ class FSDPEngine(TrainingEngine):
             raise ValueError(f"role={role!r}: expected actor, rollout, ref, critic or reward_model")
         device_mesh = create_device_mesh(world_size, mesh_fsdp_size)
         sequence_parallel = ulysses_sharding_manager(world_size, sp_size) if kind != "score" else None
+        checkpointing = None
+        if trainable and getattr(model_cfg, "enable_gradient_checkpointing", False):
+            policy = getattr(model_cfg, "gradient_checkpointing_policy", "full")
+            checkpointing = ActivationCheckpointing(policy, compute_device().type)
         module = build_fsdp_model(
             auto_cls,
             files,
@@ -226,7 +233,7 @@ class FSDPEngine(TrainingEngine):
             device_mesh=device_mesh,
             trainable=trainable,
             trust_remote_code=model_cfg.trust_remote_code,
-            gradient_checkpointing=getattr(model_cfg, "enable_gradient_checkpointing", False),
+            gradient_checkpointing=checkpointing,
             lora_config=lora,
             lora_task_type=lora_task,
             cpu_offload=cpu_offload,
@@ -246,6 +253,7 @@ class FSDPEngine(TrainingEngine):
             offload=offload,
             checkpoint_config=train_section.checkpoint if train_section is not None else None,
             processing_class=processing_class,
+            gradient_checkpointing=checkpointing,
             **forward,
         )
         engine.offload.attach(module, optimizer)  # offloaded between calls from now on, as configured
@@ -510,6 +518,8 @@ class FSDPEngine(TrainingEngine):
             self._micro_batches_left -= 1
             self._accumulation.micro_batch(last=self._micro_batches_left == 0)
         micro_batch = to_device(micro_batch, self.device)
+        if self.gradient_checkpointing is not None:
+            self.gradient_checkpointing.plan(self._tokens_per_rank(micro_batch))
         loss, metrics = loss_fn(self._forward(micro_batch, **forward_kwargs), micro_batch)
         _release_host_memory(self.device)  # the forward's freed temporaries, before the backward's
         loss.backward()
@@ -517,6 +527,14 @@ class FSDPEngine(TrainingEngine):
             self._accumulation.finish()
         _release_host_memory(self.device)
         return metrics
+
+    def _tokens_per_rank(self, micro_batch: dict) -> int:
+        """The tokens a training forward of ``micro_batch`` computes on this rank: the valid ones when packed (split
+        over the sequence-parallel group), every position when padded."""
+        mask = micro_batch["attention_mask"]
+        if not self.use_remove_padding:
+            return mask.numel()
+        return -(-int(mask.sum()) // self.ulysses_sp_size)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad()

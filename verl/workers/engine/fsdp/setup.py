@@ -20,6 +20,7 @@ from verl.utils.fsdp_utils import (
     get_init_weight_context_manager,
 )
 from verl.utils.torch_dtypes import PrecisionType
+from verl.workers.engine.fsdp.activation_checkpointing import ActivationCheckpointing
 from verl.workers.engine.pretrained import PretrainedFiles
 
 logger = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ def build_fsdp_model(
     device_mesh,
     trainable: bool,
     trust_remote_code: bool = False,
-    gradient_checkpointing: bool = False,
+    gradient_checkpointing: ActivationCheckpointing | None = None,
     lora_config=None,
     lora_task_type: str = "CAUSAL_LM",
     cpu_offload: bool | None = None,
@@ -185,8 +186,9 @@ def build_fsdp_model(
     """Load ``files`` with ``auto_cls`` and shard it with FSDP1/FSDP2 (``strategy``) over ``device_mesh``.
 
     ``trainable`` picks the parameter dtype (fp32 masters for the optimizer) and whether activations are
-    checkpointed; ``lora_config`` (with ``lora_rank``, ``lora_alpha``, ``target_modules``) wraps the model with PEFT
-    adapters first. ``cpu_offload``: None leaves it to ``fsdp_config.offload_policy``; frozen models pass True.
+    checkpointed (by ``gradient_checkpointing``, when given); ``lora_config`` (with ``lora_rank``, ``lora_alpha``,
+    ``target_modules``) wraps the model with PEFT adapters first. ``cpu_offload``: None leaves it to
+    ``fsdp_config.offload_policy``; frozen models pass True.
     ``ulysses_sp_size > 1`` patches attention for Ulysses sequence parallelism (packed inputs only).
     """
     from verl.utils.fsdp_utils import wrap_model_for_training
@@ -197,8 +199,8 @@ def build_fsdp_model(
         from verl.models.transformers.monkey_patch import apply_monkey_patch
 
         apply_monkey_patch(module, ulysses_sp_size=ulysses_sp_size, use_remove_padding=True)
-    if trainable and gradient_checkpointing:
-        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if trainable and gradient_checkpointing is not None:
+        gradient_checkpointing.enable(module)
     if lora_config is not None:
         module = apply_lora(module, lora_config, task_type=lora_task_type)
     return wrap_model_for_training(
