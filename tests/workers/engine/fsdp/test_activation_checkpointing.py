@@ -120,7 +120,8 @@ def test_the_engine_plans_each_training_micro_batch_on_the_tokens_it_computes(mo
         checkpointing.enable(model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         engine = FSDPEngine(model, optimizer, use_remove_padding=packed, gradient_checkpointing=checkpointing)
-        mask = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]])
+        # 3 prompt + 3 response columns; the last response column is padding in both rows (trimmed when padded)
+        mask = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
         batch = {
             "input_ids": torch.randint(0, 100, (2, 6), generator=torch.Generator().manual_seed(0)),
             "attention_mask": mask,
@@ -132,4 +133,4 @@ def test_the_engine_plans_each_training_micro_batch_on_the_tokens_it_computes(mo
             return -out["log_probs"].mean(), {}
 
         engine.forward_backward(batch, loss_fn, temperature=1.0)
-    assert planned == [12, 10]  # padded: every position; packed: the valid tokens
+    assert planned == [10, 8]  # padded: every position of the 5 columns kept; packed: the valid tokens

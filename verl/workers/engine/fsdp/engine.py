@@ -530,11 +530,13 @@ class FSDPEngine(TrainingEngine):
 
     def _tokens_per_rank(self, micro_batch: dict) -> int:
         """The tokens a training forward of ``micro_batch`` computes on this rank: the valid ones when packed (split
-        over the sequence-parallel group), every position when padded."""
+        over the sequence-parallel group), every position of the trimmed width when padded."""
         mask = micro_batch["attention_mask"]
-        if not self.use_remove_padding:
-            return mask.numel()
-        return -(-int(mask.sum()) // self.ulysses_sp_size)
+        if self.use_remove_padding:
+            return -(-int(mask.sum()) // self.ulysses_sp_size)
+        response_length = micro_batch["responses"].size(-1)
+        _, trimmed, _, _ = trim_padding_columns(mask, mask, micro_batch["position_ids"], response_length)
+        return trimmed.numel()
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad()
