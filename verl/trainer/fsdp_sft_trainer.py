@@ -37,6 +37,7 @@ from verl.utils.ulysses import (
     set_ulysses_sequence_parallel_group,
     ulysses_pad_and_slice_inputs,
 )
+from verl.workers.engine.fsdp.activation_checkpointing import ActivationCheckpointing
 from verl.workers.engine.fsdp.hf_forward import (
     autocast_context,
     compute_device,
@@ -245,11 +246,10 @@ class FSDPSFTTrainer:
                     "model.use_liger=True needs the liger-kernel package (pip install liger-kernel)"
                 ) from e
             _apply_liger_kernel_to_instance(model=model)
+        self.checkpointing = None
         if model_cfg.enable_gradient_checkpointing:
-            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.checkpointing = ActivationCheckpointing(model_cfg.gradient_checkpointing_policy, self.device.type)
+            self.checkpointing.enable(model)
         if self.is_lora:
             model = apply_lora(model, model_cfg)
             self.lora_scaling = model_cfg.lora_alpha / model_cfg.lora_rank
@@ -309,6 +309,9 @@ class FSDPSFTTrainer:
         attention_mask = batch["attention_mask"].to(self.device)
         position_ids = batch["position_ids"].to(self.device)
         loss_mask = batch["loss_mask"][:, :-1].to(self.device).float()
+        if do_backward and self.checkpointing is not None:
+            packed = -(-int(attention_mask.sum()) // self.sp_size)
+            self.checkpointing.plan(packed if self.use_remove_padding else attention_mask.numel())
         with self._sequence_parallel(), autocast_context():
             if not self.use_remove_padding:
                 logits = self.fsdp_model(

@@ -59,6 +59,7 @@ def test_a_value_of_the_wrong_type_names_the_key():
     [
         ("model.strategy=ddp", "model.strategy='ddp'"),
         ("model.lora_rank=-1", "model.lora_rank=-1"),
+        ("model.gradient_checkpointing_policy=partial", "model.gradient_checkpointing_policy='partial'"),
         ("optim.lr_scheduler=linear", "optim.lr_scheduler='linear'"),
         ("data.truncation=middle", "data.truncation='middle'"),
         ("data.chat_template=x", "data.chat_template"),
@@ -113,3 +114,10 @@ def test_sections_stand_alone_with_their_defaults():
     with pytest.raises(TypeError, match=r"data\.max_length='long'"):
         omega_conf_to_dataclass({"max_length": "long"}, SFTDataConfig, path="data")
     assert SFTModelConfig(lora_rank=8).is_lora
+
+
+def test_selective_checkpointing_needs_checkpointing_on():
+    overrides = ["model.gradient_checkpointing_policy=selective", "model.enable_gradient_checkpointing=False"]
+    with pytest.raises(ConfigError, match="gradient_checkpointing_policy=selective with model.enable_gradient_check"):
+        SFTConfig.from_config(_compose(overrides))
+    assert SFTConfig.from_config(_compose(overrides[:1])).model.gradient_checkpointing_policy == "selective"
