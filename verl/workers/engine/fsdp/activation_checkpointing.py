@@ -31,7 +31,13 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES as POLICIES
 from verl.utils.device import host_memory_available_bytes, host_worker_processes
 
-__all__ = ["POLICIES", "SELECTIVE_SHARE_OF_AVAILABLE", "ActivationCheckpointing", "saved_products"]
+__all__ = [
+    "POLICIES",
+    "SELECTIVE_SHARE_OF_AVAILABLE",
+    "ActivationCheckpointing",
+    "product_bytes_per_token",
+    "saved_products",
+]
 
 logger = logging.getLogger(__name__)
 
