@@ -156,6 +156,13 @@ def host_worker_processes() -> int:
     return max(1, int(os.environ.get("VERL_HOST_WORKERS") or os.environ.get("LOCAL_WORLD_SIZE") or 1))
 
 
+def host_memory_share_bytes(share: float) -> float | None:
+    """This worker process's part (one of :func:`host_worker_processes`) of ``share`` of the host's available
+    memory; None off Linux."""
+    available = host_memory_available_bytes()
+    return None if available is None else share * available / host_worker_processes()
+
+
 def release_freed_host_memory(force: bool = False) -> bool:
     """Give the OS back the memory freed tensors left in glibc's heaps (``malloc_trim``) when the host is short of
     it, or always with ``force``; returns whether it trimmed (never without glibc).
@@ -177,9 +184,8 @@ def release_freed_host_memory(force: bool = False) -> bool:
     if libc is None:
         return False
     if not force:
-        held, available = held_free_heap_bytes(), host_memory_available_bytes()
-        share = HELD_SHARE_OF_AVAILABLE / host_worker_processes()
-        if held is not None and available is not None and held <= share * available:
+        held, room = held_free_heap_bytes(), host_memory_share_bytes(HELD_SHARE_OF_AVAILABLE)
+        if held is not None and room is not None and held <= room:
             return False
     libc.malloc_trim(0)
     return True

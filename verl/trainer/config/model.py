@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl.trainer.config.engine import FSDPConfig
+from verl.trainer.config.errors import ConfigError
 from verl.utils.config import BaseConfig
 
 __all__ = [
@@ -13,10 +14,27 @@ __all__ = [
     "FusedKernelOptions",
     "HFModelConfig",
     "RewardModelModelConfig",
+    "check_gradient_checkpointing_policy",
 ]
 
 # how checkpointed layers recompute in the backward (verl.workers.engine.fsdp.activation_checkpointing)
 GRADIENT_CHECKPOINTING_POLICIES = ("auto", "full", "selective")
+
+
+def check_gradient_checkpointing_policy(key: str, policy: str, enabled: bool) -> None:
+    """``{key}.gradient_checkpointing_policy``: one of the policies, and ``selective`` only with checkpointing on
+    (``enabled``, ``{key}.enable_gradient_checkpointing``). ``auto`` is valid everywhere: it is full recompute
+    wherever selective is not possible."""
+    if policy not in GRADIENT_CHECKPOINTING_POLICIES:
+        raise ConfigError(
+            f"{key}.gradient_checkpointing_policy={policy!r} is not supported; expected one of "
+            f"{list(GRADIENT_CHECKPOINTING_POLICIES)}"
+        )
+    if policy == "selective" and not enabled:
+        raise ConfigError(
+            f"{key}.gradient_checkpointing_policy=selective with {key}.enable_gradient_checkpointing=False: nothing "
+            "is checkpointed; set enable_gradient_checkpointing=True, or leave the policy at auto"
+        )
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from verl.trainer.config.data import CustomClsConfig
 from verl.trainer.config.engine import WrapPolicyConfig
 from verl.trainer.config.errors import ConfigError
-from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES
+from verl.trainer.config.model import check_gradient_checkpointing_policy
 from verl.utils.config import BaseConfig
 from verl.utils.py_functional import as_list
 
@@ -132,14 +132,9 @@ class SFTModelConfig(BaseConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_of("model.strategy", self.strategy, STRATEGIES)
-        _one_of(
-            "model.gradient_checkpointing_policy", self.gradient_checkpointing_policy, GRADIENT_CHECKPOINTING_POLICIES
+        check_gradient_checkpointing_policy(
+            "model", self.gradient_checkpointing_policy, self.enable_gradient_checkpointing
         )
-        if self.gradient_checkpointing_policy == "selective" and not self.enable_gradient_checkpointing:
-            raise ConfigError(
-                "model.gradient_checkpointing_policy=selective with model.enable_gradient_checkpointing=False: "
-                "nothing is checkpointed; set enable_gradient_checkpointing=True, or leave the policy at auto"
-            )
         if self.lora_rank < 0:
             raise ConfigError(f"model.lora_rank={self.lora_rank} must be >= 0 (0 trains every weight)")
 

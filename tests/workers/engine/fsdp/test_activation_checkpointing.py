@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
 from verl.demo.tiny_model import make_tiny_model_dir
+from verl.utils import device
 from verl.workers.engine.fsdp import activation_checkpointing as ac
 from verl.workers.engine.fsdp.activation_checkpointing import ActivationCheckpointing, product_bytes_per_token
 from verl.workers.engine.fsdp.engine import FSDPEngine
@@ -67,9 +68,9 @@ def test_selective_recomputes_no_product_and_gives_the_gradients_of_full_recompu
 def test_auto_is_selective_on_cpu_while_the_products_fit_the_host_share(model_dir, monkeypatch, caplog):
     model, checkpointing = _model(model_dir, "auto")
     per_token = product_bytes_per_token(model)
-    monkeypatch.setattr(ac, "host_worker_processes", lambda: 2)
+    monkeypatch.setenv("VERL_HOST_WORKERS", "2")
     # a quarter of what is available, over two workers: room for 1000 tokens' products each
-    monkeypatch.setattr(ac, "host_memory_available_bytes", lambda: 8 * 1000 * per_token)
+    monkeypatch.setattr(device, "host_memory_available_bytes", lambda: 8 * 1000 * per_token)
     ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(0))
     with caplog.at_level(logging.INFO, logger=ac.__name__):
         assert checkpointing.plan(1000) is True
@@ -84,7 +85,7 @@ def test_auto_is_selective_on_cpu_while_the_products_fit_the_host_share(model_di
 
 
 def test_auto_is_full_recompute_on_an_accelerator_and_fixed_policies_do_not_plan(model_dir, monkeypatch):
-    monkeypatch.setattr(ac, "host_memory_available_bytes", lambda: 1 << 50)
+    monkeypatch.setattr(device, "host_memory_available_bytes", lambda: 1 << 50)
     assert ActivationCheckpointing("auto", device_type="cuda").plan(10) is False
     assert ActivationCheckpointing("full").plan(10) is False
     assert ActivationCheckpointing("selective").plan(1 << 40) is True

@@ -9,7 +9,7 @@ import os
 import shutil
 
 from verl.trainer.config import ConfigError
-from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES
+from verl.trainer.config.model import check_gradient_checkpointing_policy
 
 __all__ = ["check_fused_head_model", "check_runtime_support"]
 
@@ -190,22 +190,11 @@ def check_fused_head_model(config, text_config) -> None:
 
 
 def _check_checkpointing_policy(key: str, model, strategy: str) -> None:
-    """``gradient_checkpointing_policy``: one of the policies; ``selective`` only where it can act (checkpointing
-    on, an FSDP engine). ``auto`` is valid everywhere: it is full recompute wherever selective is not possible."""
+    """``gradient_checkpointing_policy``: valid, and ``selective`` only where it can act (checkpointing on, an FSDP
+    engine)."""
     policy = model.gradient_checkpointing_policy
-    if policy not in GRADIENT_CHECKPOINTING_POLICIES:
-        raise ConfigError(
-            f"{key}.gradient_checkpointing_policy={policy!r} is not supported; expected one of "
-            f"{list(GRADIENT_CHECKPOINTING_POLICIES)}"
-        )
-    if policy != "selective":
-        return
-    if not model.enable_gradient_checkpointing:
-        raise ConfigError(
-            f"{key}.gradient_checkpointing_policy=selective with {key}.enable_gradient_checkpointing=False: nothing "
-            "is checkpointed; set enable_gradient_checkpointing=True, or leave the policy at auto"
-        )
-    if strategy == "megatron":
+    check_gradient_checkpointing_policy(key, policy, model.enable_gradient_checkpointing)
+    if policy == "selective" and strategy == "megatron":
         raise ConfigError(
             f"{key}.gradient_checkpointing_policy=selective applies to the FSDP engines; under strategy=megatron set "
             "megatron.override_transformer_config.recompute_granularity instead, or leave the policy at auto"

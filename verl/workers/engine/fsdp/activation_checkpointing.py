@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts, noop_context_fn
 
 from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES as POLICIES
-from verl.utils.device import host_memory_available_bytes, host_worker_processes
+from verl.utils.device import host_memory_share_bytes
 
 __all__ = [
     "POLICIES",
@@ -87,11 +87,6 @@ class ActivationCheckpointing:
         self._logged: bool | None = None
         self._saved = saved_products()
 
-    @property
-    def selective(self) -> bool:
-        """Whether the next checkpointed forward saves its products."""
-        return self._selective
-
     def enable(self, module: nn.Module) -> None:
         """Turn on Hugging Face gradient checkpointing of ``module`` (non-reentrant, as verl does), with this policy."""
         kwargs = {"use_reentrant": False}
@@ -106,11 +101,7 @@ class ActivationCheckpointing:
         if self.policy != "auto":
             return self._selective
         need = tokens * self._bytes_per_token
-        budget = None
-        if self._on_cpu:
-            available = host_memory_available_bytes()
-            if available is not None:
-                budget = available * SELECTIVE_SHARE_OF_AVAILABLE / host_worker_processes()
+        budget = host_memory_share_bytes(SELECTIVE_SHARE_OF_AVAILABLE) if self._on_cpu else None
         self._selective = budget is not None and need <= budget
         if self._selective != self._logged:
             self._logged = self._selective

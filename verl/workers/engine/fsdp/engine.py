@@ -222,9 +222,8 @@ class FSDPEngine(TrainingEngine):
         device_mesh = create_device_mesh(world_size, mesh_fsdp_size)
         sequence_parallel = ulysses_sharding_manager(world_size, sp_size) if kind != "score" else None
         checkpointing = None
-        if trainable and getattr(model_cfg, "enable_gradient_checkpointing", False):
-            policy = getattr(model_cfg, "gradient_checkpointing_policy", "full")
-            checkpointing = ActivationCheckpointing(policy, compute_device().type)
+        if trainable and model_cfg.enable_gradient_checkpointing:  # actor and critic models have both keys
+            checkpointing = ActivationCheckpointing(model_cfg.gradient_checkpointing_policy, compute_device().type)
         module = build_fsdp_model(
             auto_cls,
             files,
@@ -535,7 +534,9 @@ class FSDPEngine(TrainingEngine):
         if self.use_remove_padding:
             return -(-int(mask.sum()) // self.ulysses_sp_size)
         response_length = micro_batch["responses"].size(-1)
-        _, trimmed, _, _ = trim_padding_columns(mask, mask, micro_batch["position_ids"], response_length)
+        _, trimmed, _, _ = trim_padding_columns(
+            micro_batch["input_ids"], mask, micro_batch["position_ids"], response_length
+        )
         return trimmed.numel()
 
     def zero_grad(self) -> None:
