@@ -4,7 +4,7 @@ import pytest
 import ray
 import torch
 
-from tests.single_controller.workers_for_tests import AddWorker, AsyncWorker, SubWorker
+from tests.single_controller.workers_for_tests import AddWorker, AsyncWorker, SlowRankZeroWorker, SubWorker
 from verl import DataProto
 from verl.protocol import DataProtoConfig, DataProtoFuture
 from verl.single_controller.base import Worker
@@ -50,6 +50,19 @@ def test_worker_environment(group):
     assert {e["LOCAL_RANK"] for e in envs} == {"0", "1"} and {e["LOCAL_WORLD_SIZE"] for e in envs} == {"2"}
     assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"] == group.master_port
     assert group.world_size == 2 and len(group.worker_names) == 2
+
+
+def test_every_rank_starts_without_waiting_for_rank_zero(ray_cluster):
+    """The group starts all its ranks at once; the others wait for rank 0's address in their own constructors, so
+    rank 0's start-up (its imports) is not paid once more before the next rank's begins."""
+    wg, pool = make_group(2, SlowRankZeroWorker)
+    try:
+        (began0, known0, port0), (began1, _, port1) = wg.times()
+        # rank 1 was under way while rank 0 was still starting (the old order began it after rank 0's center was up)
+        assert began1 < known0 - SlowRankZeroWorker.RANK0_DELAY_S / 2
+        assert port0 == port1 == wg.master_port  # and it joined rank 0's rendezvous all the same
+    finally:
+        release((wg, pool))
 
 
 def test_env_vars_set_on_the_class_reach_every_worker(ray_cluster):

@@ -106,6 +106,27 @@ class ProfiledWorker(Worker, DistProfilerExtension):
         return sum(range(10))
 
 
+class SlowRankZeroWorker(Worker):
+    """Rank 0 takes ``RANK0_DELAY_S`` before it starts its register center (a slow process start-up); every rank
+    notes when its construction began and when rank 0's address was known to it."""
+
+    RANK0_DELAY_S = 3.0
+
+    def __new__(cls, *args, **kwargs):
+        import time
+
+        began = time.time()
+        if os.environ.get("RANK") == "0":
+            time.sleep(cls.RANK0_DELAY_S)
+        instance = super().__new__(cls)
+        instance.began, instance.address_known = began, time.time()
+        return instance
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def times(self) -> tuple[float, float, str]:
+        return self.began, self.address_known, os.environ["MASTER_PORT"]
+
+
 class SleepyWorker(Worker):
     """Rank ``sleepy_rank`` sleeps ``seconds`` in ``work``; the others return at once (a hung phase)."""
 

@@ -85,6 +85,10 @@ class Worker(WorkerHelper):
         elif os.getenv("WG_BACKEND") == "ray":
             import ray
 
+            from verl.single_controller.base.register_center.ray import TIMEOUT_ENV, wait_rank_zero_info
+
+            if "MASTER_ADDR" not in os.environ:  # started beside rank 0, not after it: ask its register center
+                os.environ.update(wait_rank_zero_info(register_center_name, float(os.getenv(TIMEOUT_ENV, "300"))))
             self.register_center = ray.get_actor(register_center_name)
         if os.getenv("WG_BACKEND") == "ray":
             import ray

@@ -311,6 +311,8 @@ class RayWorkerGroup(HandleWorkerGroup):
         return unwrap_actor_class(ray_cls_with_init.cls).__name__
 
     def _init_with_resource_pool(self, resource_pool, ray_cls_with_init, bin_pack, detached) -> None:
+        from verl.single_controller.base.register_center.ray import TIMEOUT_ENV, wait_rank_zero_info
+
         use_gpu = resource_pool.use_gpu
         strategy = "STRICT_PACK" if bin_pack else "PACK"
         pgs = resource_pool.get_placement_groups(strategy=strategy, device_name=self.device_name)
@@ -342,9 +344,8 @@ class RayWorkerGroup(HandleWorkerGroup):
                     "RAY_LOCAL_WORLD_SIZE": str(local_world_size),
                     "RAY_LOCAL_RANK": str(local_rank),
                 }
-                if rank != 0:
-                    env_vars["MASTER_ADDR"] = self._master_addr
-                    env_vars["MASTER_PORT"] = self._master_port
+                if rank != 0:  # the other ranks start at once and read rank 0's address from its register center
+                    env_vars[TIMEOUT_ENV] = str(self._ray_wait_register_center_timeout)
                 name = f"{self.name_prefix}{class_name}_{pg_idx}:{local_rank}"
                 ray_cls_with_init.update_options({"runtime_env": {"env_vars": env_vars}, "name": name})
                 if detached:
@@ -359,32 +360,9 @@ class RayWorkerGroup(HandleWorkerGroup):
                 )
                 self._workers.append(worker)
                 self._worker_names.append(name)
-                if rank == 0:
-                    self._master_addr, self._master_port = self._wait_rank_zero_address()
-
-    def _wait_rank_zero_address(self) -> tuple[str, str]:
-        """Rank 0 publishes its rendezvous address through a named register-center actor; wait for it."""
-        import ray
-
-        center_name = f"{self.name_prefix}_register_center"
-        deadline = time.monotonic() + self._ray_wait_register_center_timeout
-        delay = 0.01
-        while True:
-            try:
-                center = ray.get_actor(center_name)
-                break
-            except ValueError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"rank 0 of worker group {self.name_prefix} did not start its register center "
-                        f"'{center_name}' within {self._ray_wait_register_center_timeout}s. The worker may have "
-                        "failed in __init__ (see the Ray logs) or the cluster lacks the resources to place it; "
-                        "ray_wait_register_center_timeout raises the limit."
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        info = ray.get(center.get_rank_zero_info.remote())
-        return info["MASTER_ADDR"], info["MASTER_PORT"]
+        # rank 0 publishes its rendezvous address through a named register-center actor once it is up
+        info = wait_rank_zero_info(f"{self.name_prefix}_register_center", self._ray_wait_register_center_timeout)
+        self._master_addr, self._master_port = info["MASTER_ADDR"], info["MASTER_PORT"]
 
     # ---------------------------------------------------------------------------------------------- execution
     def _execute_remote_single_worker(self, worker, method_name: str, *args, **kwargs):
