@@ -13,6 +13,7 @@ from tests.plain_attention import bf16_update_through_both_forms
 from verl.protocol import DataProto
 from verl.utils.model import compute_position_id_with_mask
 from verl.workers.actor import DataParallelPPOActor
+from verl.workers.engine.fsdp import engine as engine_module
 
 VOCAB, P, T, B = 96, 6, 5, 6
 TEMPERATURE = 0.7
@@ -122,14 +123,18 @@ def test_use_torch_compile_compiles_the_entropy_and_changes_no_value():
     model = tiny_lm()
     eager = DataParallelPPOActor(actor_config(), model)
     compiled = DataParallelPPOActor(actor_config(use_torch_compile=True, entropy_coeff=0.01), model)
-    assert hasattr(compiled.engine._entropy_fn, "_torchdynamo_orig_callable")  # what use_torch_compile=True changes
-    assert not hasattr(eager.engine._entropy_fn, "_torchdynamo_orig_callable")
+    assert compiled.engine._entropy_fn is engine_module._compiled_entropy  # what use_torch_compile=True changes
+    assert eager.engine._entropy_fn is not engine_module._compiled_entropy
+    engine_module._compiled_entropy_formula.cache_clear()  # compiled on first use, not when the engine is built
     data = log_prob_meta(rollout_batch())
     for with_grad in (False, True):  # the metric pass, and the update's pass that backpropagates through it
         with torch.set_grad_enabled(with_grad):
             _, want = eager._forward_micro_batch(data.batch, TEMPERATURE, calculate_entropy=True)
             _, got = compiled._forward_micro_batch(data.batch, TEMPERATURE, calculate_entropy=True)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    compiled_formula = engine_module._compiled_entropy_formula()
+    assert engine_module._compiled_entropy_formula.cache_info().hits >= 1  # the update's entropy went through it
+    assert hasattr(compiled_formula, "_torchdynamo_orig_callable")
 
 
 def test_entropy_checkpointing_recomputes_the_differentiated_entropy_only(monkeypatch):

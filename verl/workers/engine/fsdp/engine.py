@@ -11,6 +11,7 @@ the plain attention form (:mod:`verl.workers.engine.fsdp.cpu_attention`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 
@@ -66,6 +67,17 @@ def _entropy_formula(logits: torch.Tensor) -> torch.Tensor:
     reduction over the vocabulary, forward and backward; eager, it would allocate two full-size float32 copies."""
     x = logits.float()
     return (torch.logsumexp(x, dim=-1) - (torch.softmax(x, dim=-1) * x).sum(-1)).to(logits.dtype)
+
+
+@functools.cache
+def _compiled_entropy_formula():
+    return torch.compile(_entropy_formula, dynamic=True)
+
+
+def _compiled_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """:func:`_entropy_formula` compiled on first use: wrapping it in ``torch.compile`` imports the compiler (about a
+    second of a worker's start-up on CPU), and only a loss with ``entropy_coeff != 0`` calls it."""
+    return _compiled_entropy_formula()(logits)
 
 
 def _release_host_memory(device: torch.device) -> None:
@@ -146,7 +158,7 @@ class FSDPEngine(TrainingEngine):
             self._entropy_fn = verl_F.entropy_from_logits_with_chunking
         elif use_torch_compile and kind == "policy":
             # one fused reduction kernel, forward and backward; dynamic shapes: micro-batches vary in length
-            self._entropy_fn = torch.compile(_entropy_formula, dynamic=True)
+            self._entropy_fn = _compiled_entropy
         else:
             self._entropy_fn = verl_F.entropy_from_logits
         self.device = compute_device()
