@@ -65,6 +65,21 @@ def test_every_rank_starts_without_waiting_for_rank_zero(ray_cluster):
         release((wg, pool))
 
 
+def test_a_rendezvous_address_in_the_environment_does_not_override_rank_zeros(ray_cluster):
+    """A MASTER_ADDR/MASTER_PORT the workers inherit (a shell under torchrun or SLURM, or an earlier in-process group
+    in the driver) is replaced by rank 0's address on every rank."""
+    cls = RayClassWithInitArgs(ray.remote(AddWorker), initial_value=0)
+    cls.update_options({"runtime_env": {"env_vars": {"MASTER_ADDR": "192.0.2.1", "MASTER_PORT": "1"}}})
+    pool = RayResourcePool([2], use_gpu=False)
+    wg = RayWorkerGroup(pool, cls, device_name="cpu")
+    try:
+        envs = wg.env()
+        assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"] == wg.master_port != "1"
+        assert envs[0]["MASTER_ADDR"] == envs[1]["MASTER_ADDR"] == wg.master_address != "192.0.2.1"
+    finally:
+        release((wg, pool))
+
+
 def test_env_vars_set_on_the_class_reach_every_worker(ray_cluster):
     """A trainer's actor options (``_worker_actor_options``: the host's worker count for the CPU share) are merged
     with the group's own variables, not replaced by them."""

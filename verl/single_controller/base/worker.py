@@ -87,8 +87,9 @@ class Worker(WorkerHelper):
 
             from verl.single_controller.base.register_center.ray import TIMEOUT_ENV, wait_rank_zero_info
 
-            if "MASTER_ADDR" not in os.environ:  # started beside rank 0, not after it: ask its register center
-                os.environ.update(wait_rank_zero_info(register_center_name, float(os.getenv(TIMEOUT_ENV, "300"))))
+            # started beside rank 0, not after it: its address comes from its register center (never from the
+            # environment, which may hold a MASTER_ADDR the process inherited from the driver's shell)
+            os.environ.update(wait_rank_zero_info(register_center_name, float(os.getenv(TIMEOUT_ENV, "300"))))
             self.register_center = ray.get_actor(register_center_name)
         if os.getenv("WG_BACKEND") == "ray":
             import ray
