@@ -58,8 +58,9 @@ def test_every_rank_starts_without_waiting_for_rank_zero(ray_cluster):
     wg, pool = make_group(2, SlowRankZeroWorker)
     try:
         (began0, known0, port0), (began1, _, port1) = wg.times()
-        # rank 1 was under way while rank 0 was still starting (the old order began it after rank 0's center was up)
-        assert began1 < known0 - SlowRankZeroWorker.RANK0_DELAY_S / 2
+        # rank 1 was under way before rank 0 had published its address (the old order began it only after rank 0's
+        # center was up, and then a process start-up later): no bound on how fast either process starts
+        assert began1 < known0
         assert port0 == port1 == wg.master_port  # and it joined rank 0's rendezvous all the same
     finally:
         release((wg, pool))
