@@ -83,14 +83,13 @@ class Worker(WorkerHelper):
                 self.register_center = create_worker_group_register_center(name=register_center_name, info=info)
             os.environ.update(info)
         elif os.getenv("WG_BACKEND") == "ray":
-            import ray
-
             from verl.single_controller.base.register_center.ray import TIMEOUT_ENV, wait_rank_zero_info
 
             # started beside rank 0, not after it: its address comes from its register center (never from the
             # environment, which may hold a MASTER_ADDR the process inherited from the driver's shell)
-            os.environ.update(wait_rank_zero_info(register_center_name, float(os.getenv(TIMEOUT_ENV, "300"))))
-            self.register_center = ray.get_actor(register_center_name)
+            timeout = float(os.getenv(TIMEOUT_ENV, "300"))
+            self.register_center, info = wait_rank_zero_info(register_center_name, timeout)
+            os.environ.update(info)
         if os.getenv("WG_BACKEND") == "ray":
             import ray
 

@@ -361,7 +361,7 @@ class RayWorkerGroup(HandleWorkerGroup):
                 self._workers.append(worker)
                 self._worker_names.append(name)
         # rank 0 publishes its rendezvous address through a named register-center actor once it is up
-        info = wait_rank_zero_info(f"{self.name_prefix}_register_center", self._ray_wait_register_center_timeout)
+        _, info = wait_rank_zero_info(f"{self.name_prefix}_register_center", self._ray_wait_register_center_timeout)
         self._master_addr, self._master_port = info["MASTER_ADDR"], info["MASTER_PORT"]
 
     # ---------------------------------------------------------------------------------------------- execution

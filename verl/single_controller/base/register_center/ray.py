@@ -32,8 +32,9 @@ def create_worker_group_register_center(name: str, info: dict):
     return WorkerGroupRegisterCenter.options(name=name, num_cpus=0).remote(info)
 
 
-def wait_rank_zero_info(name: str, timeout: float) -> dict:
-    """Rank 0's ``{"MASTER_ADDR", "MASTER_PORT"}`` from the register center ``name``, once rank 0 has started it.
+def wait_rank_zero_info(name: str, timeout: float) -> tuple["ray.actor.ActorHandle", dict]:
+    """The register center ``name`` (its actor handle) and rank 0's ``{"MASTER_ADDR", "MASTER_PORT"}`` from it, once
+    rank 0 has started it.
 
     Called by the driver and by every other rank, which all start at once: each waits here for rank 0 instead of the
     driver starting the other ranks only after rank 0 is up (a worker process's start-up, its imports of torch and
@@ -55,4 +56,5 @@ def wait_rank_zero_info(name: str, timeout: float) -> dict:
             delay = min(delay * 2, 0.5)
     # the reply through a future, not ray.get: an async actor's constructor runs on its event loop, where a blocking
     # ray.get draws Ray's warning
-    return center.get_rank_zero_info.remote().future().result(timeout=max(1.0, deadline - time.monotonic()))
+    info = center.get_rank_zero_info.remote().future().result(timeout=max(1.0, deadline - time.monotonic()))
+    return center, info
