@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from omegaconf import DictConfig
 from tensordict import TensorDict
-from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from verl.protocol import DataProto
 from verl.trainer.config import RolloutConfig
@@ -20,6 +20,7 @@ from verl.utils.fsdp_utils import fsdp2_full_params, fsdp_version
 from verl.utils.torch_functional import get_response_mask
 from verl.workers.engine.fsdp.hf_forward import autocast_context
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
+from verl.workers.rollout.categorical_sampler import CategoricalSampler, sampling_warpers
 
 __all__ = ["HFRollout", "build_rollout_output", "sampled_log_probs", "weights_cast_to"]
 
@@ -190,21 +191,31 @@ class HFRollout(BaseRollout):
         # forward still gathers inside summon_full_params, so it keeps HF's lockstep (None: HF decides).
         synced = None if fsdp_version(self.module) == 1 else False
         want_log_probs = self.config.calculate_log_probs
+        config, warpers = self._sampling_on_cpu(config)
+        if warpers is not None and config.num_return_sequences != 1:
+            # the greedy loop samples one row per row: repeat the prompts as HF's own expansion does (i*n + j)
+            n = config.num_return_sequences
+            input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
+            config = copy.deepcopy(config)
+            config.num_return_sequences = 1
         if self.gate is None or model_kwargs:  # multimodal inputs are not re-fed on a resume: never paused
+            sampler = self._sampler(warpers)
             out = self.module.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 generation_config=config,
                 synced_gpus=synced,
+                **self._processor_kwargs(warpers, sampler),
                 **model_kwargs,
             )
             new = out.sequences[:, input_ids.size(1) :]
-            log_probs = sampled_log_probs(self._step_logits(out), new, torch.ones_like(new)) if want_log_probs else None
+            log_probs = self._sampled_log_probs(out, new, sampler) if want_log_probs else None
             return new, log_probs, None
         budget, min_new = config.max_new_tokens, config.min_new_tokens or 0
         stop = torch.tensor(sorted(stop_ids), device=input_ids.device)
         ids, mask, pieces, log_probs, versions = input_ids, attention_mask, [], [], []
         while True:
+            sampler = self._sampler(warpers)
             with self.gate.running():
                 version = self.gate.version
                 out = self.module.generate(
@@ -213,12 +224,13 @@ class HFRollout(BaseRollout):
                     generation_config=config,
                     synced_gpus=synced,
                     stopping_criteria=StoppingCriteriaList([_PauseForWeights(self.gate)]),
+                    **self._processor_kwargs(warpers, sampler),
                 )
             new = out.sequences[:, ids.size(1) :]
             pieces.append(new)
             versions.append(torch.full(new.shape, version, dtype=torch.long, device=new.device))
             if want_log_probs:
-                log_probs.append(sampled_log_probs(self._step_logits(out), new, torch.ones_like(new)))
+                log_probs.append(self._sampled_log_probs(out, new, sampler))
             generated = torch.cat(pieces, dim=1)
             stopped = torch.isin(generated, stop).any(dim=1) if generated.size(1) >= min_new else None
             if generated.size(1) >= budget or (stopped is not None and bool(stopped.all())):
@@ -237,6 +249,38 @@ class HFRollout(BaseRollout):
             torch.cat(log_probs, dim=1) if want_log_probs else None,
             torch.cat(versions, dim=1),
         )
+
+    @staticmethod
+    def _sampling_on_cpu(config: GenerationConfig) -> tuple[GenerationConfig, list | None]:
+        """On CPU, sampling runs as a greedy ``generate`` whose last logits processor draws the token
+        (:mod:`~verl.workers.rollout.categorical_sampler`: HF's ``torch.multinomial`` costs as much as the rest of a
+        decode step at a 49k vocabulary there). Returns the greedy config and HF's warpers for the sampling settings
+        (temperature, top-k, top-p, applied as HF applies them); ``(config, None)`` where HF samples itself."""
+        if not config.do_sample or is_accelerator_available():
+            return config, None
+        warpers = sampling_warpers(config.temperature, config.top_k or 0, config.top_p)
+        greedy = copy.deepcopy(config)
+        greedy.do_sample, greedy.temperature, greedy.top_k, greedy.top_p = False, None, None, None
+        greedy.output_scores = False  # the sampler records the processed log-probs; HF's would be its one-hot rows
+        return greedy, warpers
+
+    def _sampler(self, warpers: list | None) -> CategoricalSampler | None:
+        if warpers is None:
+            return None
+        return CategoricalSampler(record_log_probs=self.config.logprobs_mode != "raw_logprobs")
+
+    @staticmethod
+    def _processor_kwargs(warpers: list | None, sampler: CategoricalSampler | None) -> dict:
+        return {} if sampler is None else {"logits_processor": LogitsProcessorList([*warpers, sampler])}
+
+    def _sampled_log_probs(self, out, new: torch.Tensor, sampler: CategoricalSampler | None) -> torch.Tensor:
+        """``(b, T)`` log-probs of the generated tokens: the sampler's record of the processed scores (what
+        ``output_scores`` would hold), else from the per-step scores or raw logits ``generate`` kept."""
+        if sampler is not None and sampler.record_log_probs:
+            if new.size(1) == 0:
+                return new.new_zeros(new.shape, dtype=torch.float32)
+            return sampler.step_log_probs()
+        return sampled_log_probs(self._step_logits(out), new, torch.ones_like(new))
 
     def _log_prob_kwargs(self) -> dict:
         """``generate`` options that keep the per-step logits for ``rollout_log_probs`` (``calculate_log_probs``):
