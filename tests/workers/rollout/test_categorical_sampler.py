@@ -84,3 +84,38 @@ def test_top_k_of_one_samples_the_greedy_tokens(model):  # noqa: F811
     sampled = HFRollout(model, rollout_config(top_k=1, n=2)).generate_sequences(prompts())
     assert torch.equal(sampled.batch["responses"][::2], greedy.batch["responses"])
     assert torch.equal(sampled.batch["responses"][1::2], greedy.batch["responses"])
+
+
+def test_the_models_generation_defaults_neither_override_the_request_nor_draw_warnings(caplog):
+    from transformers import GenerationConfig
+
+    from tests.workers.rollout.test_hf_rollout import tiny_lm
+
+    lm = tiny_lm()
+    # an instruct model's defaults: with do_sample=False, generate would fill unset sampling flags from them and warn
+    lm.generation_config = GenerationConfig(do_sample=True, temperature=0.5, top_k=3, top_p=0.8)
+    request = rollout_config(top_k=1, n=2)  # top-k 1: the greedy tokens, whatever the model's own top_k says
+    greedy = HFRollout(lm, rollout_config()).generate_sequences(prompts(do_sample=False))
+    with caplog.at_level("WARNING"):
+        sampled = HFRollout(lm, request).generate_sequences(prompts())
+    assert torch.equal(sampled.batch["responses"][::2], greedy.batch["responses"])
+    assert not [r for r in caplog.records if "not valid" in r.getMessage()]
+
+
+def test_a_warper_the_sampler_does_not_apply_leaves_sampling_to_hf(monkeypatch):
+    from transformers import GenerationConfig
+
+    from tests.workers.rollout.test_hf_rollout import tiny_lm
+
+    lm = tiny_lm()
+    lm.generation_config = GenerationConfig(do_sample=True, min_p=0.1)
+    calls = []
+    real = torch.multinomial
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", counted)
+    HFRollout(lm, rollout_config(n=2)).generate_sequences(prompts())
+    assert calls

@@ -24,6 +24,12 @@ from verl.workers.rollout.categorical_sampler import CategoricalSampler, samplin
 
 __all__ = ["HFRollout", "build_rollout_output", "sampled_log_probs", "weights_cast_to"]
 
+# a greedy generate's sampling settings, explicit and neutral: generate fills the ones left None from the model's
+# generation config (an instruct model's temperature, top-k, top-p) and then warns that a greedy run ignores them
+_GREEDY_NEUTRAL = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+# sampling-only settings of a generation config that the CPU sampler does not apply, with their neutral values
+_OTHER_WARPERS = {"min_p": None, "top_h": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
+
 
 def build_rollout_output(
     prompt_ids: torch.Tensor,
@@ -250,19 +256,27 @@ class HFRollout(BaseRollout):
             torch.cat(versions, dim=1),
         )
 
-    @staticmethod
-    def _sampling_on_cpu(config: GenerationConfig) -> tuple[GenerationConfig, list | None]:
+    def _sampling_on_cpu(self, config: GenerationConfig) -> tuple[GenerationConfig, list | None]:
         """On CPU, sampling runs as a greedy ``generate`` whose last logits processor draws the token
         (:mod:`~verl.workers.rollout.categorical_sampler`: HF's ``torch.multinomial`` costs as much as the rest of a
         decode step at a 49k vocabulary there). Returns the greedy config and HF's warpers for the sampling settings
-        (temperature, top-k, top-p, applied as HF applies them); ``(config, None)`` where HF samples itself."""
-        if not config.do_sample or is_accelerator_available():
+        (temperature, top-k, top-p, applied as HF applies them); ``(config, None)`` where HF samples itself: on
+        accelerators, and where the model's generation config asks for a warper the sampler does not apply."""
+        if not config.do_sample or is_accelerator_available() or self._model_sets_other_warpers():
             return config, None
         warpers = sampling_warpers(config.temperature, config.top_k or 0, config.top_p)
         greedy = copy.deepcopy(config)
-        greedy.do_sample, greedy.temperature, greedy.top_k, greedy.top_p = False, None, None, None
+        greedy.do_sample = False
+        for key, value in _GREEDY_NEUTRAL.items():
+            setattr(greedy, key, value)
         greedy.output_scores = False  # the sampler records the processed log-probs; HF's would be its one-hot rows
         return greedy, warpers
+
+    def _model_sets_other_warpers(self) -> bool:
+        """Whether the model's generation config sets a sampling warper other than temperature, top-k and top-p
+        (``generate`` applies those defaults where the request leaves them unset)."""
+        defaults = getattr(self.module, "generation_config", None)
+        return any(getattr(defaults, key, None) not in (None, neutral) for key, neutral in _OTHER_WARPERS.items())
 
     def _sampler(self, warpers: list | None) -> CategoricalSampler | None:
         if warpers is None:
@@ -298,7 +312,7 @@ class HFRollout(BaseRollout):
     def _generation_kwargs(request: SamplingRequest) -> dict:
         if not request.do_sample:
             # temperature 0 means greedy in verl's configs; HF rejects it as a sampling temperature.
-            return {"do_sample": False, "num_beams": 1, "num_return_sequences": 1}
+            return {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, **_GREEDY_NEUTRAL}
         return {
             "do_sample": True,
             "num_beams": 1,
