@@ -119,3 +119,14 @@ def test_a_warper_the_sampler_does_not_apply_leaves_sampling_to_hf(monkeypatch):
     monkeypatch.setattr(torch, "multinomial", counted)
     HFRollout(lm, rollout_config(n=2)).generate_sequences(prompts())
     assert calls
+
+
+def test_raw_logprobs_mode_gives_the_raw_logits_log_probs_under_the_cpu_sampler(model):  # noqa: F811
+    from tests.workers.rollout.test_hf_rollout import P, recomputed_log_probs
+
+    cfg = rollout_config(calculate_log_probs=True, logprobs_mode="raw_logprobs", temperature=0.7, n=2, dtype="float32")
+    out = HFRollout(model, cfg).generate_sequences(prompts())
+    mask = out.batch["attention_mask"][:, P:].bool()
+    # raw: the model's own distribution, before the temperature the tokens were drawn at
+    diff = (out.batch["rollout_log_probs"] - recomputed_log_probs(model, out, 1.0))[mask].abs().max().item()
+    assert diff < 1e-5, diff
