@@ -99,9 +99,8 @@ NOT_READ_HERE: dict[str, str] = {
     f"{R}.use_fire_sampling": _REFUSED,
     f"{R}.multi_stage_wake_up": _REFUSED,
     f"{R}.engine_kwargs.sglang": "rollout.name=sglang is refused before Ray, SGLang is not here yet (_check_rollout)",
-    # the hf_multi_turn run's random model ends its turns at the length limit, before these are consulted
-    f"{MT}.max_assistant_turns": _MT_LOOP,
-    f"{MT}.max_user_turns": _MT_LOOP,
+    # the hf_multi_turn run's random model writes no tool call, so these are never consulted (its first turn ends
+    # at a stop token, so max_assistant_turns and max_user_turns are)
     f"{MT}.max_parallel_calls": _MT_LOOP,
     f"{MT}.max_tool_response_length": _MT_LOOP,
     f"{MT}.tool_call_timeout": _MT_LOOP,

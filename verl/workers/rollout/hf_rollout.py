@@ -24,6 +24,8 @@ from verl.workers.rollout.categorical_sampler import CategoricalSampler, samplin
 
 __all__ = ["HFRollout", "build_rollout_output", "sampled_log_probs", "weights_cast_to"]
 
+# a vision-language model config's placeholder token ids: each stands for one image (or video) feature
+_VISION_PLACEHOLDERS = ("image_token_id", "video_token_id", "image_token_index")
 # a greedy generate's sampling settings, explicit and neutral: generate fills the ones left None from the model's
 # generation config (an instruct model's temperature, top-k, top-p) and then warns that a greedy run ignores them
 _GREEDY_NEUTRAL = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
@@ -197,6 +199,7 @@ class HFRollout(BaseRollout):
         # forward still gathers inside summon_full_params, so it keeps HF's lockstep (None: HF decides).
         synced = None if fsdp_version(self.module) == 1 else False
         want_log_probs = self.config.calculate_log_probs
+        config = self._without_vision_placeholders(config)
         config, warpers = self._sampling_on_cpu(config)
         if warpers is not None and config.num_return_sequences != 1:
             # the greedy loop samples one row per row: repeat the prompts as HF's own expansion does (i*n + j)
@@ -255,6 +258,19 @@ class HFRollout(BaseRollout):
             torch.cat(log_probs, dim=1) if want_log_probs else None,
             torch.cat(versions, dim=1),
         )
+
+    def _without_vision_placeholders(self, config: GenerationConfig) -> GenerationConfig:
+        """``config`` that never samples a vision-language model's image or video placeholder token. The model's
+        forward pairs each placeholder in the sequence with an image feature, so a sampled one makes every later
+        pass over the response fail ("Image features and image tokens do not match"); a trained model does not
+        write them, a random test model can."""
+        model_config = getattr(self.module, "config", None)
+        placeholders = {getattr(model_config, key, None) for key in _VISION_PLACEHOLDERS} - {None}
+        if not placeholders:
+            return config
+        config = copy.deepcopy(config)
+        config.suppress_tokens = sorted(set(config.suppress_tokens or ()) | placeholders)
+        return config
 
     def _sampling_on_cpu(self, config: GenerationConfig) -> tuple[GenerationConfig, list | None]:
         """On CPU, sampling runs as a greedy ``generate`` whose last logits processor draws the token
