@@ -276,3 +276,15 @@ def test_cpu_decode_dtype_is_decided_and_logged_once_per_rollout(model, monkeypa
         for _ in range(2):
             rollout.generate_sequences(prompts(do_sample=False))
     assert caplog.text.count("no native bf16") == 1 and rollout._cpu_decode_dtype is torch.float32
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_a_vision_models_placeholder_tokens_are_never_generated(do_sample):
+    lm = tiny_lm()
+    cfg = rollout_config(n=2, top_k=1)  # sampling at top-k 1 draws the greedy tokens, through the sampler
+    plain = HFRollout(lm, cfg).generate_sequences(prompts(do_sample=do_sample))
+    # the token this model writes most often stands for an image feature now
+    placeholder = int(torch.bincount(plain.batch["responses"].flatten()).argmax())
+    lm.config.image_token_id = placeholder
+    out = HFRollout(lm, cfg).generate_sequences(prompts(do_sample=do_sample))
+    assert not (out.batch["responses"] == placeholder).any()
