@@ -297,7 +297,9 @@ class HFRollout(BaseRollout):
     def _sampler(self, warpers: list | None) -> CategoricalSampler | None:
         if warpers is None:
             return None
-        return CategoricalSampler(record_log_probs=self.config.logprobs_mode != "raw_logprobs")
+        return CategoricalSampler(
+            record_log_probs=self.config.calculate_log_probs and self.config.logprobs_mode != "raw_logprobs"
+        )
 
     @staticmethod
     def _processor_kwargs(warpers: list | None, sampler: CategoricalSampler | None) -> dict:
