@@ -201,9 +201,9 @@ class HFRollout(BaseRollout):
         want_log_probs = self.config.calculate_log_probs
         config = self._without_vision_placeholders(config)
         config, warpers = self._sampling_on_cpu(config)
-        if warpers is not None and config.num_return_sequences != 1:
+        n = config.num_return_sequences or 1
+        if warpers is not None and n > 1:
             # the greedy loop samples one row per row: repeat the prompts as HF's own expansion does (i*n + j)
-            n = config.num_return_sequences
             input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
             config = copy.deepcopy(config)
             config.num_return_sequences = 1
