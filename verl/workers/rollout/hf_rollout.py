@@ -200,13 +200,11 @@ class HFRollout(BaseRollout):
         synced = None if fsdp_version(self.module) == 1 else False
         want_log_probs = self.config.calculate_log_probs
         config = self._without_vision_placeholders(config)
-        config, warpers = self._sampling_on_cpu(config)
         n = config.num_return_sequences or 1
+        config, warpers = self._sampling_on_cpu(config)
         if warpers is not None and n > 1:
             # the greedy loop samples one row per row: repeat the prompts as HF's own expansion does (i*n + j)
             input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
-            config = copy.deepcopy(config)
-            config.num_return_sequences = 1
         if self.gate is None or model_kwargs:  # multimodal inputs are not re-fed on a resume: never paused
             sampler = self._sampler(warpers)
             out = self.module.generate(
@@ -276,8 +274,9 @@ class HFRollout(BaseRollout):
         """On CPU, sampling runs as a greedy ``generate`` whose last logits processor draws the token
         (:mod:`~verl.workers.rollout.categorical_sampler`: HF's ``torch.multinomial`` costs as much as the rest of a
         decode step at a 49k vocabulary there). Returns the greedy config and HF's warpers for the sampling settings
-        (temperature, top-k, top-p, applied as HF applies them); ``(config, None)`` where HF samples itself: on
-        accelerators, and where the model's generation config asks for a warper the sampler does not apply."""
+        (temperature, top-k, top-p, applied as HF applies them), one sequence per row; ``(config, None)`` where HF
+        samples itself: on accelerators, and where the model's generation config asks for a warper the sampler does
+        not apply."""
         if not config.do_sample or is_accelerator_available() or self._model_sets_other_warpers():
             return config, None
         warpers = sampling_warpers(config.temperature, config.top_k or 0, config.top_p)
@@ -286,6 +285,7 @@ class HFRollout(BaseRollout):
         for key, value in _GREEDY_NEUTRAL.items():
             setattr(greedy, key, value)
         greedy.output_scores = False  # the sampler records the processed log-probs; HF's would be its one-hot rows
+        greedy.num_return_sequences = 1  # greedy takes one row per row: the caller repeats the prompts n times
         return greedy, warpers
 
     def _model_sets_other_warpers(self) -> bool:
