@@ -47,6 +47,7 @@ from verl.workers.engine.fsdp.offload import OffloadGuard
 from verl.workers.engine.micro_batches import make_micro_batches, restore_order, to_device
 from verl.workers.engine.pretrained import PretrainedFiles
 from verl.workers.engine.registry import register_engine
+from verl.workers.engine.width_groups import forward_by_groups, width_groups
 from verl.workers.sharding_manager.fsdp_ulysses import FSDPUlyssesShardingManager
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,14 @@ class FSDPEngine(TrainingEngine):
         self._few_collectives = self.device.type == "cpu" and _sharded_across_ranks(module)
         self._accumulation = FSDP2Accumulation(module) if self._few_collectives and optimizer is not None else None
         self._micro_batches_left = 0
+        # No-grad padded forwards on CPU run a micro batch's rows in groups of like length, each at its own width
+        # (width_groups). Only where a rank's forward count need not match the others' (no per-forward collective)
+        # and not packed (no padding to save); accelerators keep one forward per micro batch (not measured there).
+        self._group_by_width = (
+            self.device.type == "cpu"
+            and not use_remove_padding
+            and (self._few_collectives or not (dist.is_initialized() and dist.get_world_size() > 1))
+        )
         if self._few_collectives:
             logger.info(
                 "FSDP2 on CPU over %d ranks: parameters are gathered once per mini batch and per log-prob pass, "
@@ -483,16 +492,21 @@ class FSDPEngine(TrainingEngine):
         return {key: restore_order(torch.cat(values, dim=0), partitions) for key, values in results.items()}
 
     def _infer_micro_batches(self, micro_batches, meta: dict, calculate_entropy: bool, results: dict) -> None:
+        def forward(micro_batch: dict) -> dict[str, torch.Tensor | None]:
+            if self.kind == "policy":
+                entropy, log_probs = self.policy_forward(
+                    micro_batch, temperature=meta["temperature"], calculate_entropy=calculate_entropy
+                )
+                return {"log_probs": log_probs, "entropys": entropy}
+            return {"values": self.value_forward(micro_batch)}
+
         for micro_batch in micro_batches:
             micro_batch = to_device(micro_batch, self.device)
+            groups = None
+            if self._group_by_width and "multi_modal_inputs" not in micro_batch:
+                groups = width_groups(micro_batch["attention_mask"], micro_batch["responses"].size(-1))
             with torch.no_grad():
-                if self.kind == "policy":
-                    entropy, log_probs = self.policy_forward(
-                        micro_batch, temperature=meta["temperature"], calculate_entropy=calculate_entropy
-                    )
-                    outputs = {"log_probs": log_probs, "entropys": entropy}
-                else:
-                    outputs = {"values": self.value_forward(micro_batch)}
+                outputs = forward(micro_batch) if groups is None else forward_by_groups(micro_batch, groups, forward)
             for key, value in outputs.items():
                 if value is not None:
                     results.setdefault(key, []).append(value)
