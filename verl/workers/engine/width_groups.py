@@ -38,47 +38,72 @@ def _row_spans(attention_mask: torch.Tensor, response_length: int) -> tuple[torc
 
 
 def width_groups(
-    attention_mask: torch.Tensor, response_length: int, per_call_tokens: int | None = None
+    attention_mask: torch.Tensor,
+    response_length: int,
+    per_call_tokens: int | None = None,
+    count: int | None = None,
 ) -> list[torch.Tensor] | None:
     """The rows of a padded micro batch ``(b, seqlen)`` (the last ``response_length`` columns the responses) split
     into groups that together compute the fewest padded tokens, each group charged ``per_call_tokens`` (default
-    :data:`PER_CALL_TOKENS`).
+    :data:`PER_CALL_TOKENS`). ``count``: exactly that many groups (ranks whose backwards synchronise per forward
+    must run as many forwards each), where the rows allow it.
 
-    Returns the groups' row indices (each sorted), or None where one forward over every row is cheapest.
+    Returns the groups' row indices (each sorted), or None where one forward over every row is cheapest (or
+    ``count`` groups cannot be formed).
     """
     per_call_tokens = PER_CALL_TOKENS if per_call_tokens is None else per_call_tokens
     rows = attention_mask.shape[0]
-    if rows < 2:
+    if rows < 2 or count == 1:
         return None
     first, end = _row_spans(attention_mask, response_length)
     order = torch.argsort(end * (attention_mask.shape[-1] + 1) - first, stable=True)  # by end, then start
     first_sorted, end_sorted = first[order].tolist(), end[order].tolist()
     # a group boundary is worth considering only where the end changes; too many: evenly spaced among those
     cuts = [i for i in range(1, rows) if end_sorted[i] != end_sorted[i - 1]]
-    if not cuts:
-        return None
     if len(cuts) > _MAX_BOUNDARIES:
         step = len(cuts) / _MAX_BOUNDARIES
         cuts = [cuts[int(k * step)] for k in range(_MAX_BOUNDARIES)]
     bounds = [0, *cuts, rows]
-    # best[j]: the cost of rows bounds[0]..bounds[j]; a group bounds[i]..bounds[j] costs its rows times its width
-    best = [0.0] + [float("inf")] * (len(bounds) - 1)
-    split_at = [0] * len(bounds)
+    if len(bounds) < 3 or (count is not None and count > len(bounds) - 1):
+        return None
     segment_start = [min(first_sorted[bounds[k] : bounds[k + 1]]) for k in range(len(bounds) - 1)]
+    # cost[i][j]: rows bounds[i]..bounds[j] as one group, its rows times its width plus the call
+    cost = [[0] * len(bounds) for _ in bounds]
     for j in range(1, len(bounds)):
-        start = segment_start[j - 1]
+        start = end_sorted[bounds[j] - 1]
         for i in range(j - 1, -1, -1):
             start = min(start, segment_start[i])
-            width = end_sorted[bounds[j] - 1] - start
-            cost = best[i] + (bounds[j] - bounds[i]) * width + per_call_tokens
-            if cost < best[j]:
-                best[j], split_at[j] = cost, i
-    groups, j = [], len(bounds) - 1
+            cost[i][j] = (bounds[j] - bounds[i]) * (end_sorted[bounds[j] - 1] - start) + per_call_tokens
+    ranges = _cheapest_split(cost, count)
+    if len(ranges) < 2:
+        return None
+    return [order[bounds[i] : bounds[j]].sort().values for i, j in ranges]
+
+
+def _cheapest_split(cost: list[list[int]], count: int | None) -> list[tuple[int, int]]:
+    """The split of segments 0..n into consecutive groups (``(i, j)``: segments i..j) with the least summed
+    ``cost[i][j]``: any number of groups, or exactly ``count``."""
+    n = len(cost) - 1
+    inf = float("inf")
+    # best[c][j]: the cheapest split of segments 0..j into c groups (c = 0 row: any number, when count is None)
+    layers = [0] if count is None else list(range(1, count + 1))
+    best = {0: [0.0] + [inf] * n}
+    back: dict[int, list[int]] = {}
+    for c in layers:
+        row, came = [0.0 if count is None else inf] + [inf] * n, [0] * (n + 1)
+        source = row if count is None else best[c - 1]
+        for j in range(1, n + 1):
+            for i in range(j):
+                total = source[i] + cost[i][j]
+                if total < row[j]:
+                    row[j], came[j] = total, i
+        best[c], back[c] = row, came
+    ranges, j, c = [], n, layers[-1]
     while j > 0:
-        i = split_at[j]
-        groups.append(order[bounds[i] : bounds[j]].sort().values)
-        j = i
-    return groups[::-1] if len(groups) > 1 else None
+        i = back[c][j]
+        ranges.append((i, j))
+        j, c = i, (c if count is None else c - 1)
+    return ranges[::-1]
 
 
 def forward_by_groups(

@@ -442,7 +442,32 @@ class FSDPEngine(TrainingEngine):
             return output[2]  # TRL AutoModelForCausalLMWithValueHead returns (logits, loss, value)
         return output.logits
 
+    def _row_groups(self, micro_batch: dict, same_count_on_every_rank: bool = False) -> list[torch.Tensor] | None:
+        """The rows of ``micro_batch`` in groups of like length (:func:`width_groups`), or None: one forward.
+
+        ``same_count_on_every_rank``: as many groups on every rank (the fewest any rank wants). A training forward
+        needs it over several FSDP2 ranks: the last micro batch's backward reduce-scatters once per forward.
+        """
+        if not self._group_by_width or "multi_modal_inputs" in micro_batch:
+            return None
+        mask, response_length = micro_batch["attention_mask"], micro_batch["responses"].size(-1)
+        groups = width_groups(mask, response_length)
+        if not (same_count_on_every_rank and self._few_collectives):
+            return groups
+        count = torch.tensor([len(groups) if groups else 1])
+        dist.all_reduce(count, op=dist.ReduceOp.MIN)
+        count = int(count)
+        if groups is not None and len(groups) != count:
+            groups = width_groups(mask, response_length, count=count)
+        return groups
+
     def _forward(self, micro_batch: dict, **forward_kwargs) -> dict[str, torch.Tensor]:
+        groups = self._row_groups(micro_batch, same_count_on_every_rank=True)
+        if groups is not None:
+            return forward_by_groups(micro_batch, groups, functools.partial(self._forward_rows, **forward_kwargs))
+        return self._forward_rows(micro_batch, **forward_kwargs)
+
+    def _forward_rows(self, micro_batch: dict, **forward_kwargs) -> dict[str, torch.Tensor]:
         if self.kind == "policy":
             entropy, log_probs = self.policy_forward(micro_batch, **forward_kwargs)
             return {"log_probs": log_probs, "entropy": entropy}
@@ -502,9 +527,7 @@ class FSDPEngine(TrainingEngine):
 
         for micro_batch in micro_batches:
             micro_batch = to_device(micro_batch, self.device)
-            groups = None
-            if self._group_by_width and "multi_modal_inputs" not in micro_batch:
-                groups = width_groups(micro_batch["attention_mask"], micro_batch["responses"].size(-1))
+            groups = self._row_groups(micro_batch)
             with torch.no_grad():
                 outputs = forward(micro_batch) if groups is None else forward_by_groups(micro_batch, groups, forward)
             for key, value in outputs.items():
