@@ -44,7 +44,7 @@ def test_the_cpu_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     first = peak_flops.cpu_peak_flops(torch.float32, threads=2)
     again = peak_flops.cpu_peak_flops(torch.float32, threads=2)
     assert first.flops == again.flops == 5e10 and len(calls) == 1
-    assert "float32 GEMM on 2 thread(s)" in first.source
+    assert "float32 GEMM (x @ W.T) on 2 thread(s)" in first.source
     peak_flops.cpu_peak_flops(torch.bfloat16, threads=2)  # another dtype is another measurement
     assert len(calls) == 2 and len(json.loads((tmp_path / "peak_flops.json").read_text())) == 2
 
@@ -65,7 +65,7 @@ def test_a_busy_probe_is_repeated_when_quieter_and_the_higher_peak_kept(tmp_path
 
 def test_a_cache_of_bare_figures_is_read_and_probed_again(tmp_path, monkeypatch):
     monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path))
-    key = f"{peak_flops._cpu_model()}|float32|2"
+    key = f"{peak_flops._cpu_model()}|float32|2|linear"
     (tmp_path / "peak_flops.json").write_text(json.dumps({key: 7e10}))
     monkeypatch.setattr(peak_flops, "_load_average", lambda: 0.5)
     monkeypatch.setattr(peak_flops, "_measure", lambda dtype, threads: 6e10)
@@ -76,6 +76,17 @@ def test_a_cache_of_bare_figures_is_read_and_probed_again(tmp_path, monkeypatch)
 def test_the_gemm_probe_measures_a_plausible_peak():
     measured = peak_flops._measure(torch.float32, threads=1)
     assert 1e8 < measured < 1e13  # between 0.1 GFLOP/s and 10 TFLOP/s for one CPU thread
+
+
+def test_the_probe_times_the_product_linear_layers_compute(monkeypatch):
+    # a bf16 `a @ b` takes a scalar fallback on CPUs without native bf16 (30x slower than a linear layer's x @ W.T
+    # there): probing it put bf16 MFU far over 100%
+    shapes = []
+    real_linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda a, b: shapes.append(b.shape) or real_linear(a, b))
+    monkeypatch.setattr(peak_flops, "_PROBE_SECONDS", 0.01)
+    peak_flops._measure(torch.bfloat16, threads=1)
+    assert shapes and shapes[0] == (peak_flops._PROBE_N, peak_flops._PROBE_N)
 
 
 def test_phase_mfu_builds_for_a_cpu_run(tmp_path, monkeypatch):
