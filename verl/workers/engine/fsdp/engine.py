@@ -169,9 +169,10 @@ class FSDPEngine(TrainingEngine):
         self._few_collectives = self.device.type == "cpu" and _sharded_across_ranks(module)
         self._accumulation = FSDP2Accumulation(module) if self._few_collectives and optimizer is not None else None
         self._micro_batches_left = 0
-        # No-grad padded forwards on CPU run a micro batch's rows in groups of like length, each at its own width
-        # (width_groups). Only where a rank's forward count need not match the others' (no per-forward collective)
-        # and not packed (no padding to save); accelerators keep one forward per micro batch (not measured there).
+        # Padded forwards on CPU (no-grad passes and the update's) run a micro batch's rows in groups of like length,
+        # each at its own width (width_groups): one process, or FSDP2 ranks holding full parameters (a training
+        # forward then agrees on the group count, _row_groups). Not packed (no padding to save); accelerators keep
+        # one forward per micro batch (not measured there).
         self._group_by_width = (
             self.device.type == "cpu"
             and not use_remove_padding
