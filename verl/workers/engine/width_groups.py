@@ -121,13 +121,13 @@ def forward_by_groups(
         for key, value in outputs.items():
             parts.setdefault(key, []).append(value)
     order = torch.cat(groups)
+    inverse = torch.empty_like(order)  # the concatenated groups' row i came from row order[i]
+    inverse[order] = torch.arange(len(order), device=order.device)
     merged: dict[str, torch.Tensor | None] = {}
     for key, values in parts.items():
         if any(value is None for value in values):
             merged[key] = None
             continue
         stacked = torch.cat(values, dim=0)
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(len(order), device=order.device)
         merged[key] = stacked[inverse.to(stacked.device)]
     return merged

@@ -462,11 +462,14 @@ class FSDPEngine(TrainingEngine):
             groups = width_groups(mask, response_length, count=count)
         return groups
 
+    def _by_width(self, micro_batch: dict, forward, same_count_on_every_rank: bool = False) -> dict:
+        """``forward(micro_batch)``, run per group of like-length rows where :meth:`_row_groups` forms groups."""
+        groups = self._row_groups(micro_batch, same_count_on_every_rank)
+        return forward(micro_batch) if groups is None else forward_by_groups(micro_batch, groups, forward)
+
     def _forward(self, micro_batch: dict, **forward_kwargs) -> dict[str, torch.Tensor]:
-        groups = self._row_groups(micro_batch, same_count_on_every_rank=True)
-        if groups is not None:
-            return forward_by_groups(micro_batch, groups, functools.partial(self._forward_rows, **forward_kwargs))
-        return self._forward_rows(micro_batch, **forward_kwargs)
+        forward = functools.partial(self._forward_rows, **forward_kwargs)
+        return self._by_width(micro_batch, forward, same_count_on_every_rank=True)
 
     def _forward_rows(self, micro_batch: dict, **forward_kwargs) -> dict[str, torch.Tensor]:
         if self.kind == "policy":
@@ -528,9 +531,8 @@ class FSDPEngine(TrainingEngine):
 
         for micro_batch in micro_batches:
             micro_batch = to_device(micro_batch, self.device)
-            groups = self._row_groups(micro_batch)
             with torch.no_grad():
-                outputs = forward(micro_batch) if groups is None else forward_by_groups(micro_batch, groups, forward)
+                outputs = self._by_width(micro_batch, forward)
             for key, value in outputs.items():
                 if value is not None:
                     results.setdefault(key, []).append(value)
