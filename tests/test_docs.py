@@ -31,7 +31,7 @@ ref = _load_reference_module()
 @pytest.mark.parametrize("name", [c[0] for c in ref.CONFIGS])
 def test_config_reference_has_every_key_with_a_meaning(name):
     """Each leaf key OmegaConf loads from the YAML is a row of the generated page, with its comment as meaning."""
-    tree = OmegaConf.to_container(OmegaConf.load(ref.CONFIG_DIR / f"{name}.yaml"), resolve=False)
+    tree = OmegaConf.to_container(OmegaConf.load(ref.config_file(name)), resolve=False)
     tree.pop("defaults", None)
     leaves = ref.leaf_keys(tree)
     entries = {e.key: e for e in ref.config_entries(name)}

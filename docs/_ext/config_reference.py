@@ -83,11 +83,18 @@ def leaf_keys(tree, prefix: str = "") -> list[str]:
     return out
 
 
+def config_file(name: str, config_dir: Path = CONFIG_DIR) -> Path:
+    """The file that holds config ``name``'s whole tree: ``_generated_<name>.yaml`` for a config composed from a
+    defaults list (verl/trainer/config/generated.py writes it), else ``<name>.yaml`` itself."""
+    generated = config_dir / f"_generated_{name}.yaml"
+    return generated if generated.exists() else config_dir / f"{name}.yaml"
+
+
 def config_entries(name: str, config_dir: Path = CONFIG_DIR) -> list[Entry]:
-    """The entries of ``<name>.yaml``, checked against the key tree OmegaConf loads from the same file."""
+    """The entries of config ``name`` (:func:`config_file`), checked against the key tree OmegaConf loads from it."""
     from omegaconf import OmegaConf
 
-    path = config_dir / f"{name}.yaml"
+    path = config_file(name, config_dir)
     entries = [e for e in scan_yaml(path) if e.key != "defaults"]
     tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     tree.pop("defaults", None)
@@ -117,7 +124,8 @@ def render_markdown(name: str, title: str, reader: str, entries: list[Entry]) ->
     out = [
         f"# {title}",
         "",
-        f"Generated from `verl/trainer/config/{name}.yaml` when the documentation is built; read by {reader}. "
+        f"Generated from `verl/trainer/config/{config_file(name).name}` when the documentation is built; "
+        f"read by {reader}. "
         "Defaults are shown as the YAML writes them (`${...}` follows another key). Override a key as "
         "`a.b.c=value`; a key that is not listed needs `+a.b.c=value`.",
         "",

@@ -42,8 +42,14 @@ def _overrides(script: str) -> dict:
     return {arg.split("=", 1)[0]: yaml.safe_load(arg.split("=", 1)[1]) for arg in _override_args(script)}
 
 
+def _flat(config_name: str) -> str:
+    """The file holding the whole composed tree: the generated flat file where a config has a defaults list."""
+    generated = f"_generated_{config_name}"
+    return generated if os.path.exists(os.path.join(CONFIG_DIR, generated)) else config_name
+
+
 def _apply(config_name: str, overrides: dict):
-    cfg = OmegaConf.load(os.path.join(CONFIG_DIR, config_name))
+    cfg = OmegaConf.load(os.path.join(CONFIG_DIR, _flat(config_name)))
     OmegaConf.set_struct(cfg, True)
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value, merge=False)  # struct mode: an unknown key raises

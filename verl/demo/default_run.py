@@ -72,7 +72,8 @@ def _is_set(key: str, set_keys: set[str]) -> bool:
 
 
 _VERL_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_PPO_YAML = os.path.join(_VERL_ROOT, "trainer", "config", "ppo_trainer.yaml")
+# the composed defaults in one file (verl/trainer/config/generated.py keeps it equal to what Hydra composes)
+_PPO_YAML = os.path.join(_VERL_ROOT, "trainer", "config", "_generated_ppo_trainer.yaml")
 
 
 def _yaml_defaults():

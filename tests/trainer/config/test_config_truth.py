@@ -30,6 +30,7 @@ from verl.demo.tiny_model import make_tiny_model_dir
 from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks import ppo as ppo_checks
 from verl.trainer.config.checks.ppo import check_ppo_config
+from verl.trainer.config.checks.unsupported_keys import unsupported_reason
 from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl.utils.config import BaseConfig, reads_paused, record_reads
@@ -285,6 +286,8 @@ def _under(prefix_entry: str) -> list[str]:
 def _explained(key: str) -> str | None:
     if key in NOT_READ_HERE:
         return NOT_READ_HERE[key]
+    if unsupported_reason(key) is not None:
+        return "refused when changed (checks.unsupported_keys): " + unsupported_reason(key)
     for entry, reason in NOT_READ_HERE.items():
         if entry.endswith(".*") and key.startswith(entry[:-1]):
             return reason

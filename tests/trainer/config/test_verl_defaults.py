@@ -43,7 +43,8 @@ def _leaf(cfg, key: str):
 
 
 def _load(config_name: str):
-    return OmegaConf.load(os.path.join(CONFIG_DIR, config_name))
+    generated = os.path.join(CONFIG_DIR, f"_generated_{config_name}")  # the composed tree of a defaults list
+    return OmegaConf.load(generated if os.path.exists(generated) else os.path.join(CONFIG_DIR, config_name))
 
 
 def _verl_config(config_name: str):

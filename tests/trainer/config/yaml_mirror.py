@@ -22,6 +22,7 @@ def _default(f: dataclasses.Field):
 def _walk(cls, section: dict, path: str, problems: list[str], missing: dict, present: dict) -> None:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    section = {k: v for k, v in section.items() if k != "_target_"}  # the node's class name (checked elsewhere)
     present.setdefault(cls, set()).update(section)
     for key in section:
         if key not in fields:

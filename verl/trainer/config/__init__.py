@@ -116,6 +116,8 @@ class ActorRolloutRefConfig(BaseConfig):
 class PPOConfig(BaseConfig):
     """The whole `ppo_trainer` config."""
 
+    # the engine family whose files the defaults list composed (model_engine/dp.yaml or megatron.yaml)
+    model_engine: str = "dp"
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)

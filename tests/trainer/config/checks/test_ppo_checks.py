@@ -822,7 +822,8 @@ def test_hybrid_engine_false_is_accepted(standalone):
 def test_yaml_has_verls_rollout_pool_keys():
     import verl
 
-    yaml = OmegaConf.load(os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "ppo_trainer.yaml"))
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    yaml = OmegaConf.load(os.path.join(config_dir, "_generated_ppo_trainer.yaml"))
     assert yaml.rollout.nnodes == 1 and yaml.rollout.n_gpus_per_node == 8  # verl's one-step recipe defaults
     assert yaml.actor_rollout_ref.hybrid_engine is True
 

@@ -30,6 +30,7 @@ from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_rew
 from verl.trainer.config.checks.rollout_correction import check_rollout_correction
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
+from verl.trainer.config.checks.unsupported_keys import raise_unsupported
 from verl.trainer.config.checks.vlm import check_vision_language_policy
 from verl.trainer.config.errors import raise_config_errors
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
@@ -648,12 +649,17 @@ def _check_runtime_support(config, ctx: _Context) -> None:
     check_runtime_support(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref, use_rm=ctx.use_rm)
 
 
+def _check_unsupported_keys(config, ctx: _Context) -> None:
+    raise_unsupported(config)
+
+
 def _check_rollout_correction(config, ctx: _Context) -> None:
     check_rollout_correction(config)
 
 
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_runtime_support,
+    _check_unsupported_keys,
     _check_rollout_correction,
     _check_choices,
     _check_megatron,
