@@ -8,7 +8,11 @@ slows both alike. Prints one JSON line per figure: each side's median seconds (w
 time, which a machine shared with other jobs inflates less), the padding share of the batch, and the ratios
 padded / packed (above 1: packing is faster).
 
-    python scripts/benchmark/bench_packed.py [--size 25m] [--rows 32] [--micro 8] [--response 128] [--rounds 3]
+``--role reward_model`` times the reward model's scoring instead (``score_sequences``, what ``compute_rm_score``
+runs, on a token-classification model of the same size), with the largest score difference between the two paths.
+
+    python scripts/benchmark/bench_packed.py [--role actor] [--size 25m] [--rows 32] [--micro 8] [--response 128]
+        [--rounds 3]
 """
 
 from __future__ import annotations
@@ -127,9 +131,46 @@ def emit_ratios(times: dict, baseline: str, other: str, **fields) -> None:
             emit(f"{phase}_ratio_{baseline}_over_{other}", round(base / new, 3), clock=clock, **fields)
 
 
+def bench_reward_model(args, common: dict) -> None:
+    """Padded against packed ``score_sequences`` (the reward-model worker's forward) on the same rows and model."""
+    from transformers import AutoModelForTokenClassification
+
+    from verl.demo.tiny_model import make_tiny_model_dir
+    from verl.workers.engine.fsdp.hf_forward import score_sequences
+
+    root = tempfile.mkdtemp(prefix="bench_packed_rm_")
+    path = make_tiny_model_dir(os.path.join(root, "rm"), head="token_classification", **SIZES[args.size])
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    model = AutoModelForTokenClassification.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").eval()
+    vocab = model.config.vocab_size
+    for kind in args.batches.split(","):
+        data = rollout_batch(args.rows, args.prompt, args.response, vocab, varied=kind == "varied")
+        inputs = data.batch.select("input_ids", "attention_mask", "position_ids")
+        mask = inputs["attention_mask"]
+        emit("padding_share", round(1 - float(mask[:, mask.any(0)].float().mean()), 3), batch=kind, **common)
+        times: dict[tuple[str, str, str], list[float]] = {}
+        for round_index in range(args.rounds + 1):  # round 0 warms up
+            scores = {}
+            for name in ("padded", "packed"):
+                start = (time.perf_counter(), time.process_time())
+                scores[name] = score_sequences(model, inputs, args.micro, use_remove_padding=name == "packed")
+                end = (time.perf_counter(), time.process_time())
+                for clock, clock_name in enumerate(("wall", "cpu") if round_index else ()):
+                    times.setdefault((name, "score", clock_name), []).append(end[clock] - start[clock])
+            if round_index == 0:
+                diff = (scores["padded"] - scores["packed"]).abs().max().item()
+                emit("score_max_abs_diff", diff, batch=kind, **common)
+        for clock in ("wall", "cpu"):
+            padded = statistics.median(times[("padded", "score", clock)])
+            packed = statistics.median(times[("packed", "score", clock)])
+            emit("score_s", {"padded": round(padded, 4), "packed": round(packed, 4)}, clock=clock, batch=kind, **common)
+            emit("score_ratio_padded_over_packed", round(padded / packed, 3), clock=clock, batch=kind, **common)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     add_batch_arguments(parser)
+    parser.add_argument("--role", choices=["actor", "reward_model"], default="actor")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--no-grad-ckpt", action="store_true", help="gradient checkpointing is on by default")
     parser.add_argument("--batches", default="full,varied")
@@ -137,6 +178,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.role == "reward_model":
+        common = {"role": "reward_model", "size": args.size, "rows": args.rows, "micro": args.micro}
+        bench_reward_model(args, {**common, "dtype": args.dtype, "threads": torch.get_num_threads()})
+        return
 
     from transformers import AutoModelForCausalLM
 

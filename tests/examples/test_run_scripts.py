@@ -89,6 +89,21 @@ def test_megatron_script_passes_main_ppos_config_check():
     assert config.actor_rollout_ref.ref.megatron.tensor_model_parallel_size == 2  # the reference follows the actor
 
 
+def test_reward_model_script_passes_the_config_check():
+    """verl v0.4's reward-model command line (packed forwards for actor, critic and reward model) composes on
+    ppo_trainer and the check accepts it as written (model folders and data files are not looked up here)."""
+    from tests.trainer.ppo_e2e_utils import compose_config
+    from verl.trainer.config.checks.ppo import check_ppo_config
+
+    script = "examples/ppo_trainer/run_qwen2.5-0.5b_rm.sh"
+    config = compose_config(_override_args(script))
+    check_ppo_config(config, check_paths=False, check_device=False)
+    rm = config.reward_model
+    assert rm.enable and rm.model.use_remove_padding and rm.model.path == "sfairXC/FsfairX-LLaMA3-RM-v0.1"
+    assert config.critic.model.use_remove_padding and config.actor_rollout_ref.model.use_remove_padding
+    assert config.data.return_raw_chat  # the reward model's own chat template needs the raw chat
+
+
 def test_sft_script_uses_known_sft_trainer_keys():
     overrides = _overrides("examples/sft/gsm8k/run_qwen_05_sft.sh")
     cfg = _apply("sft_trainer.yaml", overrides)

@@ -109,7 +109,6 @@ NOT_READ_HERE: dict[str, str] = {
     f"{MT}.use_inference_chat_template": _MT_REFUSED,
     f"{MT}.completion_callback": _MT_REFUSED,
     "reward_model.max_length": "re-templating for the RM's own tokenizer (" + _RM_TEMPLATE + ")",
-    "reward_model.model.use_remove_padding": _RM_REFUSED,
     "reward_model.model.use_fused_kernels": _RM_REFUSED,
     "reward_model.model.fsdp_config.param_offload": "FINDING: False is not honoured, the RM is always offloaded",
     "reward_model.model.fsdp_config.wrap_policy.min_num_params": _FSDP1,

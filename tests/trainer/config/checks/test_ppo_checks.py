@@ -757,6 +757,34 @@ def test_megatron_roles_at_their_own_sizes_and_beside_fsdp_are_accepted(base_cfg
         check_ppo_config(_with(base_cfg, **fsdp_actor, trainer__device="cuda"))
 
 
+def test_reward_model_packing_is_accepted_where_the_engine_packs(base_cfg):
+    """``reward_model.model.use_remove_padding=True`` runs the FSDP engine's packed forward; Ulysses for the reward
+    model, packed or not, and packing under the Megatron engine are still refused, each by its key."""
+    rm = {
+        "reward_model__enable": True,
+        "reward_model__model__path": base_cfg.critic.model.path,
+        "reward_model__micro_batch_size_per_gpu": 2,
+        "reward_model__model__use_remove_padding": True,
+    }
+    check_ppo_config(_with(base_cfg, **rm))
+    check_ppo_config(_with(base_cfg, **rm, reward_model__strategy="fsdp2"))
+    with pytest.raises(ConfigError, match="reward_model.model.use_fused_kernels=True is not implemented"):
+        check_ppo_config(_with(base_cfg, **rm, reward_model__model__use_fused_kernels=True))
+    unpacked_sp = {**rm, "reward_model__model__use_remove_padding": False}
+    with pytest.raises(
+        ConfigError, match="reward_model.ulysses_sequence_parallel_size=2 > 1 needs reward_model.model.use_remove_pad"
+    ):
+        check_ppo_config(_with(base_cfg, **unpacked_sp, reward_model__ulysses_sequence_parallel_size=2))
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        return
+    megatron_rm = {**rm, "reward_model__strategy": "megatron"}
+    with pytest.raises(
+        ConfigError, match="reward_model.model.use_remove_padding=True with reward_model.strategy=megatron: the Meg"
+    ):
+        check_ppo_config(_with(base_cfg, **megatron_rm))
+    check_ppo_config(_with(base_cfg, **{**megatron_rm, "reward_model__model__use_remove_padding": False}))
+
+
 def test_megatron_without_megatron_core_says_how_to_install(base_cfg, monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(

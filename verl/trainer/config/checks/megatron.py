@@ -100,6 +100,15 @@ def _check_value_role(config, key: str, n_gpus: int) -> list[str]:
     """The problems of a Megatron critic (``key="critic"``) or reward model (``"reward_model"``), beside an actor of
     either strategy and at parallel sizes of its own."""
     problems = _check_ulysses(config, key)
+    if key == "reward_model" and _get(config, "reward_model.model.use_remove_padding"):
+        # megatron-core 0.16.1's DotProductAttention asserts packed_seq_params is None; packing needs
+        # TransformerEngine's attention, which is CUDA-only
+        problems.append(
+            "reward_model.model.use_remove_padding=True with reward_model.strategy=megatron: the Megatron engine "
+            "scores padded micro batches (it builds megatron-core's local layer spec, whose attention takes no "
+            "packed sequences); set it False (the padded forward gives the same scores) or use "
+            "reward_model.strategy=fsdp2"
+        )
     if (_get(config, f"{key}.model.lora_rank") or 0) > 0:
         problems.append(f"{key}.model.lora_rank > 0 with strategy=megatron: LoRA is FSDP-only; set it to 0")
     return problems + _check_settings(config, key, n_gpus, trainable=key == "critic")

@@ -238,7 +238,11 @@ class FSDPEngine(TrainingEngine):
             trainable, kind, auto_cls, lora_task = False, "score", AutoModelForTokenClassification, "TOKEN_CLS"
             fsdp_config, strategy = model_cfg.fsdp_config, config.strategy
             mesh_fsdp_size, sp_size, lora, cpu_offload = fsdp_config.fsdp_size, 1, None, True
-            train_section, processing_class, forward = None, files.tokenizer, {}
+            train_section, processing_class = None, files.tokenizer
+            forward = {
+                "use_remove_padding": model_cfg.use_remove_padding,
+                "remove_padding_key": "reward_model.model.use_remove_padding",
+            }
         else:
             raise ValueError(f"role={role!r}: expected actor, rollout, ref, critic or reward_model")
         device_mesh = create_device_mesh(world_size, mesh_fsdp_size)
@@ -495,7 +499,7 @@ class FSDPEngine(TrainingEngine):
         if self.kind == "score":
             micro_batch_size = meta.get("micro_batch_size") or len(data)
             budget = max_token_len if use_dynamic_bsz else None
-            scores = score_sequences(self._module, data.batch, micro_batch_size, budget)
+            scores = score_sequences(self._module, data.batch, micro_batch_size, budget, self.use_remove_padding)
             return {"scores": scores}
         with self._sequence_parallel() as sp:
             if sp is not None:

@@ -257,29 +257,40 @@ def optimizer_step(module: nn.Module, optimizer: torch.optim.Optimizer, grad_cli
 
 @torch.no_grad()
 def score_sequences(
-    module, inputs: TensorDict, micro_batch_size: int, max_token_len: int | None = None
+    module,
+    inputs: TensorDict,
+    micro_batch_size: int,
+    max_token_len: int | None = None,
+    use_remove_padding: bool = False,
 ) -> torch.Tensor:
     """One score per row: the model's logit at the row's last valid token. Returns ``(bs,)`` float32.
 
-    ``max_token_len`` (``reward_model.use_dynamic_bsz``): micro batches of at most that many real tokens instead of
-    ``micro_batch_size`` rows; the scores come back in the rows' order.
+    inputs: ``input_ids``, ``attention_mask``, ``position_ids`` ``(bs, seqlen)``. ``max_token_len``
+    (``reward_model.use_dynamic_bsz``): micro batches of at most that many real tokens instead of
+    ``micro_batch_size`` rows; the scores come back in the rows' order. ``use_remove_padding``: each micro batch runs
+    as one packed row of its valid tokens (:func:`pack_padded_inputs`), as the actor's and critic's packed forwards.
     """
     if max_token_len is not None:
         from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 
         micro_batches, partitions = rearrange_micro_batches(inputs, max_token_len)
-        scores = torch.cat([score_sequences(module, mb, len(mb)) for mb in micro_batches])
+        scores = torch.cat([score_sequences(module, mb, len(mb), None, use_remove_padding) for mb in micro_batches])
         return scores[torch.tensor(get_reverse_idx([i for p in partitions for i in p]))]
     module.eval()
     device = next(module.parameters()).device
     scores = []
     for start in range(0, inputs.batch_size[0], micro_batch_size):
         chunk = inputs[start : start + micro_batch_size]
+        input_ids = chunk["input_ids"].to(device)
         attention_mask = chunk["attention_mask"].to(device)
         position_ids = chunk["position_ids"].to(device)
-        logits = module(
-            input_ids=chunk["input_ids"].to(device), attention_mask=attention_mask, position_ids=position_ids
-        ).logits.squeeze(-1)
+        if use_remove_padding:
+            ids_rmpad, pos_rmpad, valid = pack_padded_inputs(input_ids, attention_mask, position_ids)
+            kwargs = packed_forward_kwargs(module, pos_rmpad, next(module.parameters()).dtype)
+            logits = unpack_to_padded(module(input_ids=ids_rmpad, **kwargs).logits.squeeze(-1).squeeze(0), valid)
+        else:
+            logits = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+            logits = logits.squeeze(-1)
         last = torch.argmax(position_ids * attention_mask, dim=-1)
         scores.append(logits[torch.arange(logits.shape[0], device=device), last].float().cpu())
     return torch.cat(scores)
