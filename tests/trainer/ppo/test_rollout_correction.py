@@ -347,6 +347,10 @@ def test_thresholds_parse():
         parse_is_threshold(0)
     rules = parse_rs_spec("token_k1,seq_max_k3", "2.0,0.01")
     assert [(r.option, r.lower, r.upper) for r in rules] == [("token_k1", 0.5, 2.0), ("seq_max_k3", None, 0.01)]
+    # a repeated option (an alias included) counts once, so one threshold entry matches it
+    assert [r.option for r in parse_rs_spec("token,token_k1, seq_max_k3", "2.0,0.01")] == ["token_k1", "seq_max_k3"]
+    with pytest.raises(ValueError, match="2 entries for 1 options"):
+        parse_rs_spec("token_k1,token_k1", "0.5_2.0,0.6_3.0")
 
 
 def test_token_version_metrics_count_sampled_tokens_only():

@@ -168,7 +168,8 @@ def parse_rs_spec(
     if not rollout_rs:
         return []
     key_rs, key_th = "algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold"
-    options = [RS_ALIASES.get(o.strip(), o.strip()) for o in str(rollout_rs).split(",") if o.strip()]
+    # a repeated option counts once (verl drops duplicates before matching thresholds to options)
+    options = list(dict.fromkeys(RS_ALIASES.get(o.strip(), o.strip()) for o in str(rollout_rs).split(",") if o.strip()))
     for option in options:
         if option not in RS_OPTIONS:
             raise ValueError(
