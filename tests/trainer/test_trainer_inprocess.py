@@ -74,7 +74,7 @@ def run_one_step(config, trainer_cls=RecordingTrainer):
 
 @pytest.mark.parametrize(
     "estimator",
-    ["gae", "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo"],
+    ["gae", "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg"],
 )
 def test_every_estimator_one_step(workspace, estimator):
     trainer, before, after = run_one_step(single_process_config(workspace, estimator))

@@ -217,7 +217,8 @@ CODE_DEFAULT_KEYS = {
     "algorithm.filter_groups": {"enable": False, "metric": None, "max_num_gen_batches": 0},
     "algorithm.rollout_correction": {
         "rollout_is": None, "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": False, "rollout_rs": None,
-        "rollout_rs_threshold": None, "bypass_mode": False, "loss_type": "ppo_clip",
+        "rollout_rs_threshold": None, "rollout_rs_threshold_lower": None, "rollout_token_veto_threshold": None,
+        "bypass_mode": False, "loss_type": "ppo_clip",
     },
     "trainer.remove_previous_ckpt_in_save": False, "ray_init.include_dashboard": None,
 }

@@ -66,6 +66,17 @@ def ref_opo(r, m, index):
     return out.unsqueeze(-1) * m
 
 
+def ref_gpg(r, m, index):
+    scores = r.sum(-1)
+    g = _groups(scores, index)
+    alpha = len(scores) / max(1, int((scores != 0).sum()))
+    out = torch.zeros_like(scores)
+    for i, uid in enumerate(index):
+        mean = 0.0 if len(g[uid]) == 1 else g[uid].mean()
+        out[i] = alpha * (scores[i] - mean)
+    return out.unsqueeze(-1) * m
+
+
 def ref_reinforce_pp_returns(r, m, gamma):
     returns = torch.zeros_like(r)
     for i in range(r.shape[0]):
@@ -112,6 +123,7 @@ def test_enum_values_compare_as_strings():
     assert AdvantageEstimator.GRPO == "grpo" and "gae" == AdvantageEstimator.GAE
     assert {e.value for e in AdvantageEstimator} == {
         "gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo", "grpo_passk",
+        "gpg",
     }  # fmt: skip
     for est in AdvantageEstimator:
         assert core_algos.get_adv_estimator_fn(est) is core_algos.get_adv_estimator_fn(est.value)
@@ -188,6 +200,25 @@ def test_rloo_opo_by_hand():
     assert torch.allclose(adv, expected)
 
 
+def test_gpg_by_hand():
+    r = torch.tensor([[1.0, 0.0], [0.0, 0.0], [2.0, 0.0], [0.0, 0.0], [3.0, 0.0]])
+    m = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    idx = _uids("a", "a", "a", "b", "z")
+    adv, ret = core_algos.compute_gpg_outcome_advantage(r, m, idx)
+    # scores 1, 0, 2 | 0 | 3: three of five non-zero -> alpha = 5/3; group a mean 1 (no std division), group b
+    # mean 0, the singleton z keeps mean 0
+    a = 5 / 3
+    expected = torch.tensor([[0.0, 0.0], [-a, 0.0], [a, a], [0.0, 0.0], [3 * a, 0.0]])
+    assert torch.allclose(adv, expected) and adv is ret
+    assert core_algos.get_adv_estimator_fn("gpg") is core_algos.compute_gpg_outcome_advantage
+    # verl's signature: f_norm divides; a caller's alpha is ignored (it comes from the batch)
+    adv, _ = core_algos.compute_gpg_outcome_advantage(r, m, idx, f_norm=2.0, alpha=100.0)
+    assert torch.allclose(adv, expected / 2)
+    # every score zero: alpha falls back to bs / 1 and every advantage is 0
+    adv, _ = core_algos.compute_gpg_outcome_advantage(torch.zeros(2, 2), torch.ones(2, 2), _uids("a", "a"))
+    assert torch.equal(adv, torch.zeros(2, 2))
+
+
 def test_remax_by_hand():
     r = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0]])
     m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
@@ -256,6 +287,8 @@ def test_group_estimators_match_per_sample_loops(batch, norm):
     assert torch.allclose(adv, ref_rloo(r, m, index), atol=1e-9)
     adv, _ = core_algos.compute_opo_outcome_advantage(r, m, index)
     assert torch.allclose(adv, ref_opo(r, m, index), atol=1e-9)
+    adv, _ = core_algos.compute_gpg_outcome_advantage(r, m, index)
+    assert torch.allclose(adv, ref_gpg(r, m, index), atol=1e-9)
 
 
 @settings(max_examples=40, deadline=None)
@@ -311,7 +344,7 @@ def test_gae_matches_loop_and_ignores_masked_positions(batch, gamma, lam):
 def test_outcome_advantages_are_zero_on_padding(batch):
     r, m, index = _random_batch(*batch)
     cfg = {"gamma": 1.0, "norm_adv_by_std_in_grpo": True}
-    for name in ("grpo", "rloo", "opo", "reinforce_plus_plus_baseline", "reinforce_plus_plus"):
+    for name in ("grpo", "rloo", "opo", "gpg", "reinforce_plus_plus_baseline", "reinforce_plus_plus"):
         fn = core_algos.get_adv_estimator_fn(name)
         adv, _ = fn(token_level_rewards=r, response_mask=m, index=index, config=cfg)
         assert torch.all(adv[m == 0] == 0), name

@@ -12,9 +12,13 @@ from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, agg_loss, compute_poli
 from verl.trainer.ppo.rollout_corr_helper import (
     compute_offpolicy_metrics,
     compute_rollout_correction_and_rejection_mask,
+    correction_enabled,
     parse_is_threshold,
     parse_rs_spec,
+    parse_veto_threshold,
+    rejection_enabled,
     rollout_correction,
+    rollout_correction_kwargs,
 )
 from verl.workers.actor.ppo_actor import PPOActor
 
@@ -120,6 +124,108 @@ def test_is_and_rejection_together():
     assert torch.equal(mask, torch.tensor([[1, 1, 1], [0, 1, 0]]))  # [1/3, 3]: only the ratio 4 goes
 
 
+# ---------------------------------------------------------------------------------------------- verl 0.7.0's keys
+@pytest.mark.parametrize(
+    "rs, upper, lower, keep",
+    [
+        ("token", 3.0, 0.6, [[1, 0, 1], [0, 1, 0]]),  # ratios in [0.6, 3]: .5 and 4 go
+        ("token_k1", 3.0, 0.4, [[1, 1, 1], [0, 1, 0]]),  # [0.4, 3] keeps .5
+        ("sequence", 5.0, 1.5, [[0, 0, 0], [1, 1, 0]]),  # products 1 (< 1.5) and 4
+        ("geometric", 2.5, 1.5, [[0, 0, 0], [1, 1, 0]]),  # geometric means 1 and 2
+        ("token", 3.0, None, [[1, 1, 1], [0, 1, 0]]),  # null lower: 1/3, so .5 stays
+        ("token_k1,seq_max_k3", "3.0,0.5", 0.6, [[1, 0, 1], [0, 0, 0]]),  # the lower bound is the k1 option's
+    ],
+)
+def test_verl_070_lower_threshold_bounds_the_ratio_from_below(rs, upper, lower, keep):
+    _, mask, metrics = correct(rollout_rs=rs, rollout_rs_threshold=upper, rollout_rs_threshold_lower=lower)
+    expected = torch.tensor(keep) * MASK
+    assert torch.equal(mask, expected)
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx((MASK - expected).sum().item() / 5)
+
+
+def test_verl_070_lower_threshold_is_verl_071s_lower_upper_spelling():
+    rules = parse_rs_spec("geometric", 1.001, 0.998)
+    assert rules == parse_rs_spec("seq_mean_k1", "0.998_1.001")
+    assert [(r.option, r.lower, r.upper) for r in rules] == [("seq_mean_k1", 0.998, 1.001)]
+    # with an explicit lower bound a single upper bound may be <= 1 (verl 0.7.0 allowed it)
+    assert [(r.lower, r.upper) for r in parse_rs_spec("token", 0.9, 0.5)] == [(0.5, 0.9)]
+
+
+@pytest.mark.parametrize(
+    "rs, threshold, lower, message",
+    [
+        ("token_k3", 0.01, 0.5, "has no k1 option"),
+        ("token_k1", "0.5_2.0", 0.4, "two lower bounds"),
+        ("token_k1", 2.0, 2.0, "needs lower < upper"),
+        ("token_k1", 2.0, -0.1, "number >= 0"),
+        ("token_k1", 2.0, "low", "number >= 0"),
+    ],
+)
+def test_bad_verl_070_lower_thresholds_are_refused(rs, threshold, lower, message):
+    with pytest.raises(ValueError, match=message) as exc:
+        parse_rs_spec(rs, threshold, lower)
+    assert "rollout_rs_threshold_lower" in str(exc.value)
+
+
+def test_token_veto_drops_whole_sequences_with_a_ratio_below_it():
+    weights, mask, metrics = correct(rollout_is="token", rollout_token_veto_threshold=0.6)
+    # row 0 holds the ratio 0.5 < 0.6: all of it goes; row 1 (ratios 4 and 1) stays
+    assert torch.equal(mask, torch.tensor([[0, 0, 0], [1, 1, 0]]))
+    assert_close(weights, [[2.0, 0.5, 1.0], [2.0, 1.0, 0.0]])  # the IS weights are not vetoed
+    assert metrics["rollout_corr/rollout_is_veto_fraction"] == pytest.approx(1 / 2)
+    assert metrics["rollout_corr/rollout_is_catastrophic_token_fraction"] == pytest.approx(1 / 5)
+    assert "rollout_corr/rollout_rs_masked_fraction" not in metrics  # no rollout_rs: the veto is its own rule
+
+
+def test_token_veto_adds_to_rejection_and_reads_unclamped_ratios():
+    _, mask, metrics = correct(rollout_rs="token_k1", rollout_rs_threshold="0.4_3.0", rollout_token_veto_threshold=0.6)
+    assert torch.equal(mask, torch.tensor([[0, 0, 0], [0, 1, 0]]))  # token_k1 takes the 4, the veto row 0
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 / 5)  # the rejection's share alone
+    assert metrics["rollout_corr/rollout_is_veto_fraction"] == pytest.approx(1 / 2)
+    # a ratio e^-30 lies beyond the e^-20 safety bound; the veto at 1e-10 (= e^-23) still sees it; padding is ignored
+    log_ratio = torch.tensor([[-30.0, 0.0, 0.0], [0.0, 0.0, -50.0]])
+    _, mask, _ = rollout_correction(ROLLOUT + log_ratio, ROLLOUT, MASK, rollout_token_veto_threshold=1e-10)
+    assert torch.equal(mask, torch.tensor([[0, 0, 0], [1, 1, 0]]))
+
+
+@pytest.mark.parametrize("bad", [0, -1e-4, "often", True, float("inf")])
+def test_bad_veto_thresholds_are_refused(bad):
+    with pytest.raises(ValueError, match="rollout_token_veto_threshold"):
+        parse_veto_threshold(bad)
+    with pytest.raises(ValueError, match="rollout_token_veto_threshold"):
+        correct(rollout_token_veto_threshold=bad)
+
+
+def test_the_veto_alone_switches_the_correction_on():
+    corr = {"rollout_is": None, "rollout_rs": None, "rollout_token_veto_threshold": 1e-4}
+    assert rejection_enabled(corr) and correction_enabled(corr)
+    assert not rejection_enabled({**corr, "rollout_token_veto_threshold": None})
+    kwargs = rollout_correction_kwargs({**corr, "rollout_rs": "token", "rollout_rs_threshold_lower": 0.3})
+    assert (kwargs["rollout_token_veto_threshold"], kwargs["rollout_rs_threshold_lower"]) == (1e-4, 0.3)
+
+
+def test_the_trainer_applies_the_veto_to_the_batch_without_rollout_rs():
+    from types import SimpleNamespace
+
+    from verl import DataProto
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    correction = RolloutCorrectionConfig(rollout_token_veto_threshold=0.6)
+    trainer = SimpleNamespace(
+        ppo_config=SimpleNamespace(algorithm=SimpleNamespace(rollout_correction=correction)),
+        _rollout_compared_mask=lambda batch: batch.batch["response_mask"],
+    )
+    batch = DataProto.from_dict(
+        tensors={"response_mask": MASK.clone(), "old_log_probs": OLD, "rollout_log_probs": ROLLOUT}
+    )
+    metrics = {}
+    batch = RayPPOTrainer._apply_rollout_correction(trainer, batch, metrics)
+    assert torch.equal(batch.batch["response_mask"], torch.tensor([[0, 0, 0], [1, 1, 0]]))
+    assert "rollout_is_weights" not in batch.batch.keys()
+    assert metrics["rollout_corr/rollout_is_veto_fraction"] == pytest.approx(1 / 2)
+
+
 # ---------------------------------------------------------------------------------------------- metrics
 def test_mismatch_metrics():
     m = compute_offpolicy_metrics(OLD, ROLLOUT, MASK)
@@ -211,6 +317,10 @@ def test_bypass_ppo_clip_applies_rejection_only_and_reinforce_the_weights():
     mask, kwargs, _ = PPOActor._bypass_weights({**corr, "loss_type": "reinforce"}, log_prob, ROLLOUT, MASK)
     assert_close(kwargs["rollout_is_weights"], [[2.0, 0.5, 1.0], [2.0, 1.0, 0.0]])
     assert not kwargs["rollout_is_weights"].requires_grad
+    # verl 0.7.0's keys reach the actor through the same settings: the veto drops row 0 (ratio 0.5 < 0.6)
+    veto = {**corr, "loss_type": "ppo_clip", "rollout_rs": "token", "rollout_token_veto_threshold": 0.6}
+    mask, _, _ = PPOActor._bypass_weights(veto, log_prob, ROLLOUT, MASK)
+    assert torch.equal(mask, torch.tensor([[0, 0, 0], [0, 1, 0]]))
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -237,6 +347,10 @@ def test_thresholds_parse():
         parse_is_threshold(0)
     rules = parse_rs_spec("token_k1,seq_max_k3", "2.0,0.01")
     assert [(r.option, r.lower, r.upper) for r in rules] == [("token_k1", 0.5, 2.0), ("seq_max_k3", None, 0.01)]
+    # a repeated option (an alias included) counts once, so one threshold entry matches it
+    assert [r.option for r in parse_rs_spec("token,token_k1, seq_max_k3", "2.0,0.01")] == ["token_k1", "seq_max_k3"]
+    with pytest.raises(ValueError, match="2 entries for 1 options"):
+        parse_rs_spec("token_k1,token_k1", "0.5_2.0,0.6_3.0")
 
 
 def test_token_version_metrics_count_sampled_tokens_only():

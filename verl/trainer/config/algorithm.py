@@ -45,6 +45,10 @@ class RolloutCorrectionConfig(BaseConfig):
     `rollout_rs`: null or comma-separated rejection options (`verl.trainer.ppo.rollout_corr_helper.RS_OPTIONS`);
     `bypass_mode`: the rollout's log-probs serve as the old ones (no recompute); `loss_type` (bypass mode only):
     ppo_clip or reinforce. See docs/rollout_correction.md.
+
+    verl 0.7.0's two keys, gone from 0.7.1 on, are read too: `rollout_rs_threshold_lower` (0.7.1 writes it into
+    `rollout_rs_threshold` as "lower_upper"; here it means exactly that) and `rollout_token_veto_threshold` (no
+    later spelling: a sequence with a token ratio below it is rejected whole).
     """
 
     rollout_is: str | None = None
@@ -52,6 +56,8 @@ class RolloutCorrectionConfig(BaseConfig):
     rollout_is_batch_normalize: bool = False
     rollout_rs: str | None = None
     rollout_rs_threshold: float | str | None = None
+    rollout_rs_threshold_lower: float | None = None
+    rollout_token_veto_threshold: float | None = None
     bypass_mode: bool = False
     loss_type: str = "ppo_clip"
 

@@ -137,6 +137,7 @@ class AdvantageEstimator(str, Enum):
     RLOO = "rloo"
     OPO = "opo"
     GRPO_PASSK = "grpo_passk"
+    GPG = "gpg"
 
 
 ADV_ESTIMATOR_REGISTRY: dict[str, Callable] = {}
@@ -486,6 +487,35 @@ def compute_opo_outcome_advantage(
         total_len = torch.zeros_like(g.mean).index_add_(0, g.ids, lengths)
         baseline = torch.where(g.count > 1, weighted / total_len.clamp(min=1e-12), torch.zeros_like(weighted))
         advantages = _outcome(s - g.per_row(baseline), token_level_rewards, response_mask)
+    return advantages, advantages
+
+
+@register_adv_est(AdvantageEstimator.GPG)
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG (Group Policy Gradient): ``alpha * (s_i - mean_group) / f_norm`` with ``alpha = bs / #{j: s_j != 0}``.
+
+    token_level_rewards, response_mask: ``(bs, response_length)``; index: ``(bs,)`` group ids. No division by the
+    group's std; a group of one uses mean 0. ``alpha`` (the paper's gradient correction ``B / (B - M)``) is computed
+    from the batch as verl does, with the responses that score non-zero as ``B - M``; a caller's ``alpha`` keyword
+    is ignored, as in verl, and ``epsilon`` is unused (kept for the common signature). Pair with
+    ``policy_loss.loss_mode=gpg``.
+    """
+    _check_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = _Groups(scores, index)
+        mean = torch.where(g.count == 1, torch.zeros_like(g.mean), g.mean)
+        alpha = scores.shape[0] / max(int(torch.count_nonzero(scores)), 1)
+        adv = alpha * (scores.double() - g.per_row(mean)) / f_norm
+        advantages = _outcome(adv, token_level_rewards, response_mask)
     return advantages, advantages
 
 

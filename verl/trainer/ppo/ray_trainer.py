@@ -38,6 +38,7 @@ from verl.trainer.ppo.reward import PendingReward, compute_reward, reward_source
 from verl.trainer.ppo.reward_loop import ROW_KEY, RewardLoop, generation_chunk_prompts, streams_trajectories
 from verl.trainer.ppo.rollout_corr_helper import (
     compute_token_version_metrics,
+    rejection_enabled,
     rollout_correction,
     rollout_correction_kwargs,
 )
@@ -481,7 +482,7 @@ class RayPPOTrainer:
         metrics.update(corr_metrics)
         if weights is not None:
             batch.batch["rollout_is_weights"] = weights
-        if correction.rollout_rs:
+        if rejection_enabled(correction):
             # kept is `valid` less the rejected tokens; the rest of response_mask (tool tokens) is left as it was
             batch.batch["response_mask"] = response_mask * (1 - (valid - kept))
         return batch

@@ -16,8 +16,11 @@ is verl's call, which wraps them in a ``DataProto``.
   bounds leaves the response mask. ``k1`` statistics are ratios with ``lower_upper`` bounds (a single float ``u``
   means ``[1/u, u]``): ``token_k1`` (``r_t``), ``seq_sum_k1`` (``prod_t r_t``), ``seq_mean_k1`` (the geometric mean
   ``exp(mean_t log r_t)``). ``k2 = 0.5 (log r)^2`` and ``k3 = r - 1 - log r`` have an upper bound only:
-  ``token_k2/k3``, ``seq_sum_k2/k3``, ``seq_mean_k2/k3``, ``seq_max_k2/k3``. verl 0.6's level names are accepted:
-  ``token`` = ``token_k1``, ``sequence`` = ``seq_sum_k1``, ``geometric`` = ``seq_mean_k1``.
+  ``token_k2/k3``, ``seq_sum_k2/k3``, ``seq_mean_k2/k3``, ``seq_max_k2/k3``. verl 0.6/0.7.0's level names are
+  accepted: ``token`` = ``token_k1``, ``sequence`` = ``seq_sum_k1``, ``geometric`` = ``seq_mean_k1``, and so is
+  0.7.0's ``rollout_rs_threshold_lower``, the lower ratio bound of a k1 option given a single upper bound.
+* Veto (``rollout_token_veto_threshold``, verl 0.7.0): a sequence with any token whose ratio is below the threshold
+  leaves the response mask whole.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ __all__ = [
     "correction_enabled",
     "parse_is_threshold",
     "parse_rs_spec",
+    "parse_veto_threshold",
+    "rejection_enabled",
     "rollout_correction",
     "rollout_correction_kwargs",
 ]
@@ -80,9 +85,14 @@ def _cfg(config: Any, key: str, default=None):
     return getattr(config, key, default)
 
 
+def rejection_enabled(config: Any) -> bool:
+    """Whether ``algorithm.rollout_correction`` takes tokens out of the response mask (rejection or the veto)."""
+    return bool(_cfg(config, "rollout_rs")) or _cfg(config, "rollout_token_veto_threshold") is not None
+
+
 def correction_enabled(config: Any) -> bool:
-    """Whether ``algorithm.rollout_correction`` changes anything (IS weights, rejection or bypass mode)."""
-    return bool(_cfg(config, "rollout_is") or _cfg(config, "rollout_rs") or _cfg(config, "bypass_mode", False))
+    """Whether ``algorithm.rollout_correction`` changes anything (IS weights, rejection, the veto or bypass mode)."""
+    return bool(_cfg(config, "rollout_is") or rejection_enabled(config) or _cfg(config, "bypass_mode", False))
 
 
 def _parse_bounds(text: str, key: str) -> tuple[float, float]:
@@ -113,13 +123,53 @@ def parse_is_threshold(threshold: Any) -> tuple[float | None, float]:
     return None, upper
 
 
-def parse_rs_spec(rollout_rs: Any, rollout_rs_threshold: Any) -> list[RejectionRule]:
+def _number(value: Any) -> float:
+    """``value`` as a float, NaN when it is not a number (booleans included), so one range test refuses both."""
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _parse_rs_lower(rollout_rs: Any, options: list[str], entries: list[str], lower: Any) -> float | None:
+    """verl 0.7.0's ``rollout_rs_threshold_lower`` (None when unset), checked against the options it bounds."""
+    if lower is None:
+        return None
+    key = "algorithm.rollout_correction.rollout_rs_threshold_lower"
+    value = _number(lower)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{key}={lower!r}: expected a number >= 0 (the lower ratio bound), or null")
+    k1 = [(o, e) for o, e in zip(options, entries) if o.endswith("k1")]
+    if not k1:
+        raise ValueError(
+            f"{key}={lower!r} bounds ratios from below, but algorithm.rollout_correction.rollout_rs={rollout_rs!r} "
+            "has no k1 option (k2/k3 take an upper bound only); set it to null"
+        )
+    both = [o for o, e in k1 if "_" in e]
+    if both:
+        raise ValueError(
+            f"{key}={lower!r} and a 'lower_upper' rollout_rs_threshold for {both} give two lower bounds; give one "
+            "(verl >= 0.7.1 spells it rollout_rs_threshold='lower_upper')"
+        )
+    return value
+
+
+def parse_rs_spec(
+    rollout_rs: Any, rollout_rs_threshold: Any, rollout_rs_threshold_lower: Any = None
+) -> list[RejectionRule]:
     """``rollout_rs`` (comma-separated options) and ``rollout_rs_threshold`` (one entry per option, or one for
-    all) as rules; ``[]`` when ``rollout_rs`` is null. ValueError naming the key on anything invalid."""
+    all) as rules; ``[]`` when ``rollout_rs`` is null. ValueError naming the key on anything invalid.
+
+    ``rollout_rs_threshold_lower`` is verl 0.7.0's lower ratio bound: it replaces the ``1/u`` of every k1 option
+    given a single bound ``u``, as ``"lower_u"`` would (verl 0.7.1 folded the key into that spelling).
+    """
     if not rollout_rs:
         return []
     key_rs, key_th = "algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold"
-    options = [RS_ALIASES.get(o.strip(), o.strip()) for o in str(rollout_rs).split(",") if o.strip()]
+    # a repeated option counts once (verl drops duplicates before matching thresholds to options)
+    options = list(dict.fromkeys(RS_ALIASES.get(o.strip(), o.strip()) for o in str(rollout_rs).split(",") if o.strip()))
     for option in options:
         if option not in RS_OPTIONS:
             raise ValueError(
@@ -136,11 +186,19 @@ def parse_rs_spec(rollout_rs: Any, rollout_rs_threshold: Any) -> list[RejectionR
             f"{key_th}={rollout_rs_threshold!r} has {len(entries)} entries for {len(options)} options in "
             f"{key_rs}={rollout_rs!r}: give one entry per option, or one for all"
         )
+    given_lower = _parse_rs_lower(rollout_rs, options, entries, rollout_rs_threshold_lower)
     rules = []
     for option, entry in zip(options, entries):
         if option.endswith("k1"):
             if "_" in entry:
                 lower, upper = _parse_bounds(entry, key_th)
+            elif given_lower is not None:
+                lower, upper = given_lower, _number(entry)
+                if not (lower < upper and math.isfinite(upper)):
+                    raise ValueError(
+                        f"{key_th}={rollout_rs_threshold!r} with algorithm.rollout_correction.rollout_rs_threshold_"
+                        f"lower={rollout_rs_threshold_lower!r}: {option} needs lower < upper (finite)"
+                    )
             else:
                 _, upper = parse_is_threshold(entry)
                 if upper <= 1:
@@ -161,6 +219,17 @@ def parse_rs_spec(rollout_rs: Any, rollout_rs_threshold: Any) -> list[RejectionR
                 raise ValueError(f"{key_th}={rollout_rs_threshold!r}: the bound of {option} must be a number > 0")
             rules.append(RejectionRule(option, None, upper))
     return rules
+
+
+def parse_veto_threshold(threshold: Any) -> float | None:
+    """verl 0.7.0's ``rollout_token_veto_threshold`` as a float (None when unset); ValueError unless a number > 0."""
+    if threshold is None:
+        return None
+    key = "algorithm.rollout_correction.rollout_token_veto_threshold"
+    value = _number(threshold)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{key}={threshold!r}: expected a ratio > 0 (e.g. 1e-4), or null to switch the veto off")
+    return value
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -342,13 +411,16 @@ def rollout_correction(
     rollout_rs: str | None = None,
     rollout_rs_threshold: float | str | None = None,
     rollout_is_batch_normalize: bool = False,
+    rollout_rs_threshold_lower: float | None = None,
+    rollout_token_veto_threshold: float | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
     """IS weights, the response mask less the rejected tokens, and the ``rollout_corr/`` metrics.
 
     ``old_log_prob`` is the training policy's (``pi_old``, or ``pi_theta`` in bypass mode) and ``rollout_log_prob``
     the sampling engine's, both ``(bs, response_length)`` and used detached; ``response_mask`` ``(bs, T)`` marks
     the tokens that count. Returns ``(weights or None when rollout_is is null, modified_response_mask, metrics)``;
-    weights are 0 on padding, the modified mask is ``response_mask`` times every rejection rule's keep mask.
+    weights are 0 on padding, the modified mask is ``response_mask`` times every rejection rule's keep mask and the
+    veto's. ``rollout_rs_threshold_lower`` and ``rollout_token_veto_threshold`` are verl 0.7.0's keys (module doc).
     """
     mask = response_mask.to(torch.float32)
     log_ratio = (old_log_prob.detach().float() - rollout_log_prob.detach().float()) * mask
@@ -356,17 +428,25 @@ def rollout_correction(
     weights = None
     if rollout_is:
         weights = _is_weights(log_ratio, mask, rollout_is, rollout_is_threshold, rollout_is_batch_normalize, metrics)
+    has_tokens = (mask.sum(dim=-1) > 0).to(mask.dtype)
     keep = torch.ones_like(mask)
-    for rule in parse_rs_spec(rollout_rs, rollout_rs_threshold):
+    for rule in parse_rs_spec(rollout_rs, rollout_rs_threshold, rollout_rs_threshold_lower):
         rule_keep = _rejection_keep(rule, log_ratio, mask)
         metrics[f"rollout_rs_{rule.option}_masked_fraction"] = _masked_mean(1 - rule_keep, mask)
         keep = keep * rule_keep
-    modified = mask * keep
     if rollout_rs:
-        rejected = mask - modified
+        rejected = mask * (1 - keep)
         metrics["rollout_rs_masked_fraction"] = _masked_mean(rejected, mask)
-        has_tokens = (mask.sum(dim=-1) > 0).to(mask.dtype)
         metrics["rollout_rs_seq_masked_fraction"] = _masked_mean((rejected.sum(dim=-1) > 0).to(mask.dtype), has_tokens)
+    veto = parse_veto_threshold(rollout_token_veto_threshold)
+    if veto is not None:
+        # the raw log-ratio, not clamped: a ratio of 1e-30 is vetoed whatever the safety bound
+        catastrophic = (log_ratio < math.log(veto)) & mask.bool()
+        vetoed = catastrophic.any(dim=-1).to(mask.dtype)
+        metrics["rollout_is_veto_fraction"] = _masked_mean(vetoed, has_tokens)
+        metrics["rollout_is_catastrophic_token_fraction"] = _masked_mean(catastrophic.to(mask.dtype), mask)
+        keep = keep * (1 - vetoed).unsqueeze(-1)
+    modified = mask * keep
     out = {METRIC_PREFIX + k: float(v) for k, v in metrics.items()}
     out.update(compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
     return weights, modified.to(response_mask.dtype), out
@@ -392,4 +472,6 @@ def rollout_correction_kwargs(config: Any) -> dict:
         "rollout_rs": _cfg(config, "rollout_rs"),
         "rollout_rs_threshold": _cfg(config, "rollout_rs_threshold"),
         "rollout_is_batch_normalize": bool(_cfg(config, "rollout_is_batch_normalize", False)),
+        "rollout_rs_threshold_lower": _cfg(config, "rollout_rs_threshold_lower"),
+        "rollout_token_veto_threshold": _cfg(config, "rollout_token_veto_threshold"),
     }

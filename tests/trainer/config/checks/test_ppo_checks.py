@@ -94,6 +94,15 @@ def test_valid_config_passes(base_cfg):
             critic__model__path="/does/not/matter/without/critic",
         )
     )
+    # GPG: its estimator with its loss, groups of n > 1
+    check_ppo_config(
+        _with(
+            base_cfg,
+            algorithm__adv_estimator="gpg",
+            actor_rollout_ref__actor__policy_loss__loss_mode="gpg",
+            actor_rollout_ref__rollout__n=4,
+        )
+    )
 
 
 # (updates, substrings that the message must contain: the key and the offending value or expectation)
@@ -131,6 +140,7 @@ BAD = {
     ),
     "grpo_needs_n": ({"algorithm__adv_estimator": "grpo"}, ["algorithm.adv_estimator='grpo'", "rollout.n > 1"]),
     "rloo_needs_n": ({"algorithm__adv_estimator": "rloo"}, ["'rloo'", "n=1"]),
+    "gpg_needs_n": ({"algorithm__adv_estimator": "gpg"}, ["'gpg'", "n=1"]),
     "unknown_estimator": ({"algorithm__adv_estimator": "ppo2"}, ["algorithm.adv_estimator='ppo2'", "expected"]),
     "rollout_name": ({"actor_rollout_ref__rollout__name": "trt"}, ["actor_rollout_ref.rollout.name='trt'"]),
     "strategy": ({"actor_rollout_ref__actor__strategy": "deepspeed"}, ["actor_rollout_ref.actor.strategy='deepspeed'"]),

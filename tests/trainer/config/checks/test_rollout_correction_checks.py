@@ -42,6 +42,15 @@ def test_defaults_are_off_and_pass():
         [f"{RC}.rollout_rs='token_k1,seq_max_k3'", f"{RC}.rollout_rs_threshold='0.5_2.0,0.01'", LOG_PROBS],
         [f"{RC}.rollout_rs=geometric", f"{RC}.rollout_rs_threshold=1.001", LOG_PROBS],
         [f"{RC}.bypass_mode=True", f"{RC}.loss_type=reinforce", f"{RC}.rollout_is=sequence", LOG_PROBS],
+        # verl 0.7.0's keys, which its YAML had (so its scripts set them without '+')
+        [
+            f"{RC}.rollout_rs=geometric",
+            f"{RC}.rollout_rs_threshold=1.001",
+            f"{RC}.rollout_rs_threshold_lower=0.999",
+            f"{RC}.rollout_token_veto_threshold=1e-4",
+            LOG_PROBS,
+        ],
+        [f"{RC}.rollout_token_veto_threshold=1e-4", LOG_PROBS],
     ],
 )
 def test_valid_settings_pass(overrides):
@@ -66,6 +75,16 @@ def test_valid_settings_pass(overrides):
         ([f"{RC}.loss_type=ppo", LOG_PROBS], [f"{RC}.loss_type='ppo'", "ppo_clip"]),
         ([f"{RC}.rollout_is_batch_normalize=True", LOG_PROBS], ["rollout_is_batch_normalize=True", "rollout_is=null"]),
         (
+            [f"{RC}.rollout_rs=token_k3", f"{RC}.rollout_rs_threshold=0.01", f"{RC}.rollout_rs_threshold_lower=0.5"],
+            [f"{RC}.rollout_rs_threshold_lower=0.5", "no k1 option"],
+        ),
+        (
+            [f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=2.0", f"{RC}.rollout_rs_threshold_lower=3.0"],
+            [f"{RC}.rollout_rs_threshold_lower=3.0", "lower < upper"],
+        ),
+        ([f"{RC}.rollout_token_veto_threshold=0", LOG_PROBS], [f"{RC}.rollout_token_veto_threshold=0", "> 0"]),
+        ([f"{RC}.rollout_token_veto_threshold=1e-4"], ["rollout_token_veto_threshold=0.0001", "calculate_log_probs"]),
+        (
             [
                 f"{RC}.bypass_mode=True",
                 f"{RC}.loss_type=reinforce",
@@ -88,8 +107,6 @@ def test_refused_with_key_value_and_fix(overrides, expected):
     [
         ("bypass_old_logprob_for_rollout=True", "set bypass_mode=True"),
         ("use_pure_rollout_correction=True", "loss_type=reinforce"),
-        ("rollout_rs_threshold_lower=0.5", "'lower_upper'"),
-        ("rollout_token_veto_threshold=1e-4", "not implemented"),
         ("debug_rollout_actor_probs=True", "not implemented"),
     ],
 )
@@ -98,6 +115,32 @@ def test_keys_of_other_verl_versions_are_refused_with_the_equivalent(override, e
         check_rollout_correction(config(f"+{RC}.{override}", LOG_PROBS))
     assert f"{RC}.{override.split('=')[0]}=" in str(exc.value)
     check_rollout_correction(config(f"+{RC}.{override.split('=')[0]}=null"))  # left unset: nothing to refuse
+
+
+def test_a_verl_070_command_line_means_its_correction():
+    """verl 0.7.0's example scripts set every key of its section, with or without '+'; the typed config carries them
+    and the runtime's keywords are those values."""
+    from verl.trainer.ppo.rollout_corr_helper import parse_rs_spec, rollout_correction_kwargs
+    from verl.utils.hydra_overrides import verl_command_line
+
+    args = [
+        f"{RC}.rollout_is=token",
+        f"{RC}.rollout_is_threshold=2.0",
+        f"{RC}.rollout_rs=token",
+        f"{RC}.rollout_rs_threshold=2.0",
+        f"+{RC}.rollout_rs_threshold_lower=0.3",
+        f"+{RC}.rollout_token_veto_threshold=1e-4",
+        f"{RC}.bypass_mode=false",
+        f"{RC}.loss_type=ppo_clip",
+        LOG_PROBS,
+    ]
+    cfg = config(*verl_command_line(args))
+    check_rollout_correction(cfg)
+    corr = cfg.algorithm.rollout_correction
+    kwargs = rollout_correction_kwargs(corr)
+    assert (kwargs["rollout_rs_threshold_lower"], kwargs["rollout_token_veto_threshold"]) == (0.3, 1e-4)
+    [rule] = parse_rs_spec(corr.rollout_rs, corr.rollout_rs_threshold, corr.rollout_rs_threshold_lower)
+    assert (rule.option, rule.lower, rule.upper) == ("token_k1", 0.3, 2.0)
 
 
 def test_a_loss_without_the_weights_keyword_is_refused_for_is():

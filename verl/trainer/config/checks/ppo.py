@@ -57,9 +57,10 @@ CRITIC_FREE_ESTIMATORS = (
     "rloo",
     "opo",
     "reinforce_plus_plus_baseline",
+    "gpg",
 )
 # Estimators whose baseline is computed within the group of responses to one prompt.
-GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline", "opo")
+GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "reinforce_plus_plus_baseline", "opo", "gpg")
 STRATEGIES = ("fsdp", "fsdp2", "megatron")  # verl's; what megatron cannot do yet is refused in checks.megatron
 # verl's rollout names; the SGLang ones are recognised so that they are refused with the reason, not as unknown
 ROLLOUT_NAMES = ("hf", "vllm", "sglang", "sglang_async")

@@ -6,7 +6,13 @@ import inspect
 
 from verl.trainer.config import ConfigError
 from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY
-from verl.trainer.ppo.rollout_corr_helper import IS_LEVELS, correction_enabled, parse_is_threshold, parse_rs_spec
+from verl.trainer.ppo.rollout_corr_helper import (
+    IS_LEVELS,
+    correction_enabled,
+    parse_is_threshold,
+    parse_rs_spec,
+    parse_veto_threshold,
+)
 
 __all__ = ["check_rollout_correction"]
 
@@ -18,8 +24,6 @@ LOSS_TYPES = ("ppo_clip", "reinforce")
 OTHER_VERL_KEYS = {
     "bypass_old_logprob_for_rollout": "verl 0.6's name: set bypass_mode=True",
     "use_pure_rollout_correction": "verl 0.6's name: set bypass_mode=True and loss_type=reinforce",
-    "rollout_rs_threshold_lower": "give both bounds as rollout_rs_threshold='lower_upper' (e.g. '0.5_2.0')",
-    "rollout_token_veto_threshold": "not implemented; reject low-ratio tokens with rollout_rs=token_k1 (lower bound)",
     "debug_rollout_actor_probs": "not implemented; decoupled mode (bypass_mode=False) logs the rollout-vs-actor gap",
 }
 
@@ -36,7 +40,8 @@ def check_rollout_correction(config) -> None:
     try:
         if corr.rollout_is:
             parse_is_threshold(corr.rollout_is_threshold)
-        parse_rs_spec(corr.rollout_rs, corr.rollout_rs_threshold)
+        parse_rs_spec(corr.rollout_rs, corr.rollout_rs_threshold, corr.rollout_rs_threshold_lower)
+        parse_veto_threshold(corr.rollout_token_veto_threshold)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if corr.rollout_is_batch_normalize and not corr.rollout_is:
@@ -64,9 +69,10 @@ def check_rollout_correction(config) -> None:
     rollout = config.actor_rollout_ref.rollout
     if not rollout.calculate_log_probs:
         raise ConfigError(
-            f"{KEY} is on (rollout_is={corr.rollout_is!r}, rollout_rs={corr.rollout_rs!r}, bypass_mode="
-            f"{corr.bypass_mode}) but actor_rollout_ref.rollout.calculate_log_probs=False: the correction needs the "
-            "rollout's log-probs; set actor_rollout_ref.rollout.calculate_log_probs=True"
+            f"{KEY} is on (rollout_is={corr.rollout_is!r}, rollout_rs={corr.rollout_rs!r}, rollout_token_veto_"
+            f"threshold={corr.rollout_token_veto_threshold!r}, bypass_mode={corr.bypass_mode}) but "
+            "actor_rollout_ref.rollout.calculate_log_probs=False: the correction needs the rollout's log-probs; set "
+            "actor_rollout_ref.rollout.calculate_log_probs=True"
         )
     applies_weights = corr.rollout_is and not (corr.bypass_mode and corr.loss_type == "ppo_clip")
     loss_fn = POLICY_LOSS_REGISTRY.get(actor.policy_loss.loss_mode)
