@@ -61,7 +61,7 @@ KNOWN_GAPS: dict[str, str] = {
         "Could not override 'reward_model.sandbox_fusion_url'"
     ),
     "examples/rollout_correction/run_with_rollout_corr.sh@b5c19ff7f24c62747a6bbf1145d478269bf826f9": (
-        "Could not override 'algorithm.rollout_correction.rollout_rs_threshold_lower'"
+        "Could not override 'algorithm.rollout_correction.bypass_old_logprob_for_rollout'"
     ),
     "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_tool_agent_mlflow.sh@95e193ea98c67b14d8738b9bbdaae406213d1b37": (
         "Could not override 'actor_rollout_ref.rollout.trace.backend'"
@@ -73,11 +73,8 @@ KNOWN_GAPS: dict[str, str] = {
     "examples/grpo_trainer/run_qwen3-1.7b.sh@7663ce50eb768b7d35e6c64dc0be4235a1aa4151": (
         "actor_rollout_ref.model.use_liger=True: the Liger kernels are applied only by the SFT trainer here"
     ),
-    "examples/ppo_trainer/run_qwen2-7b_rm_legacy.sh@7e563dec1271c04f6b53a0398ad783e43bc4cdf4": (
-        "reward_model.model.use_remove_padding=True is not implemented in the reward-model worker"
-    ),
     "examples/ppo_trainer/run_qwen2-7b_rm_seq_balance_fused_kernels.sh@018ee1404c4e29f09409f8375ef2ab5114f5efd9": (
-        "reward_model.model.use_remove_padding=True is not implemented in the reward-model worker"
+        "reward_model.model.use_fused_kernels=True is not implemented in the reward-model worker"
     ),
     "examples/ppo_trainer/run_qwen2.5-0.5b.sh@6c9e44e6acc9fa924999133b8b4c4e0aa9c5daf5": (
         "actor_rollout_ref.actor: set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
