@@ -9,8 +9,8 @@ from __future__ import annotations
 import hydra
 
 from verl.trainer.config import ConfigError, PPOConfig
-from verl.trainer.config.errors import raise_config_errors
 from verl.trainer.main_ppo import apply_demo_for_command_line, run_ppo
+from verl.workers.config.errors import raise_config_errors
 
 __all__ = ["check_dapo_config", "main", "run_dapo"]
 

@@ -12,8 +12,8 @@ import hydra
 
 from recipe.one_step_off_policy.main_ppo import DEMO_VALUES_ONE_STEP, check_one_step_off_config
 from verl.trainer.config import ConfigError, PPOConfig, async_training_config
-from verl.trainer.config.errors import raise_config_errors
 from verl.trainer.main_ppo import apply_demo_for_command_line, run_ppo
+from verl.workers.config.errors import raise_config_errors
 
 __all__ = ["check_fully_async_config", "main", "run_fully_async"]
 

@@ -12,8 +12,8 @@ import hydra
 
 from verl.demo.default_run import DEMO_VALUES
 from verl.trainer.config import ConfigError, PPOConfig
-from verl.trainer.config.errors import raise_config_errors
 from verl.trainer.main_ppo import apply_demo_for_command_line, run_ppo
+from verl.workers.config.errors import raise_config_errors
 
 __all__ = ["DEMO_VALUES_ONE_STEP", "check_one_step_off_config", "main", "run_one_step_off_policy"]
 

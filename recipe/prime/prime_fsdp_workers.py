@@ -18,11 +18,11 @@ from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.trainer.config import ActorConfig, RefConfig, RewardModelConfig
-from verl.trainer.config.batch_sizes import normalize_reward_model_micro_batch_size
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import DistProfiler, DistProfilerExtension
 from verl.utils.distributed import init_distributed
 from verl.utils.import_utils import import_external_libs
+from verl.workers.config.batch_sizes import normalize_reward_model_micro_batch_size
 from verl.workers.engine.fsdp.activation_checkpointing import ActivationCheckpointing
 from verl.workers.engine.fsdp.offload import OffloadGuard
 from verl.workers.engine.fsdp.setup import (

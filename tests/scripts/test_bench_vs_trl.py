@@ -72,7 +72,7 @@ def test_every_side_passes_the_config_check_before_anything_runs(tmp_path):
 
     from verl.demo.assets import resolve_builtin_path
     from verl.demo.tiny_model import make_tiny_model_dir
-    from verl.trainer.config.errors import ConfigError
+    from verl.workers.config.errors import ConfigError
 
     model = make_tiny_model_dir(str(tmp_path / "model"))
     args = _args(rollout="hf", train_file=resolve_builtin_path("builtin://arithmetic/train.parquet"))

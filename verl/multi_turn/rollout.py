@@ -30,9 +30,9 @@ from verl.multi_turn.tool_parser import get_tool_parser
 from verl.multi_turn.turn_batcher import TurnBatcher
 from verl.multi_turn.turn_engine import GeneratedTurn, TurnEngine
 from verl.protocol import DataProto
-from verl.trainer.config import RolloutConfig
 from verl.utils.distributed import adopt_worker_threads
 from verl.utils.model import compute_position_id_with_mask
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import TRAJECTORY_ID, TRAJECTORY_SINK, BaseRollout, SamplingRequest, emit_trajectories
 
 logger = logging.getLogger(__name__)

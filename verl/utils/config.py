@@ -48,18 +48,24 @@ def omega_conf_to_dataclass(
 ) -> Any:
     """Build ``dataclass_type`` from a config section, converting nested dataclass fields (and lists of them).
 
-    Without ``dataclass_type`` the section's ``_target_`` names the class (Hydra's instantiate). Interpolations are
+    Without ``dataclass_type`` the section's ``_target_`` names the class (verl's YAML nodes carry one); a dataclass
+    is built as above, anything else by Hydra's instantiate. Interpolations are
     resolved. A key the dataclass does not declare raises a TypeError that names it with its dotted ``path`` (so a
     typo is reported, not ignored), unless ``allow_extra``: then it is kept in the section's ``extra`` mapping (a
     `BaseConfig`), which is how a recipe's own keys travel. A value of the wrong type (a string for an int, a list
     for a bool, ...) raises a TypeError naming the key, the value and the expected type.
     """
     if dataclass_type is None:
-        from hydra.utils import instantiate
+        from hydra.utils import get_class, instantiate
 
         if config is None or "_target_" not in config:
             raise TypeError("omega_conf_to_dataclass: config has no '_target_' and no dataclass_type given")
-        return instantiate(config, _convert_="partial")
+        target = get_class(config["_target_"])
+        if not dataclasses.is_dataclass(target):
+            return instantiate(config, _convert_="partial")
+        # verl names one class for nodes of several roles (the ref's node is an actor config): keys the class does
+        # not declare stay readable as extra keys, as a recipe's do
+        dataclass_type, allow_extra = target, True
     if not dataclasses.is_dataclass(dataclass_type):
         raise TypeError(f"omega_conf_to_dataclass: {dataclass_type} is not a dataclass")
     if isinstance(config, dataclass_type):

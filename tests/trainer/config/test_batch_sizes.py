@@ -1,10 +1,10 @@
-"""Tests for verl.trainer.config.batch_sizes: per-rank batch sizes derived from the global config values."""
+"""Tests for verl.workers.config.batch_sizes: per-rank batch sizes derived from the global config values."""
 
 import pytest
 from omegaconf import OmegaConf
 
 from verl.trainer.config import ConfigError
-from verl.trainer.config.batch_sizes import (
+from verl.workers.config.batch_sizes import (
     data_parallel_size,
     normalize_actor_batch_sizes,
     normalize_critic_batch_sizes,

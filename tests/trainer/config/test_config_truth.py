@@ -31,9 +31,9 @@ from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks import ppo as ppo_checks
 from verl.trainer.config.checks.ppo import check_ppo_config
 from verl.trainer.config.checks.unsupported_keys import unsupported_reason
-from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl.utils.config import BaseConfig, reads_paused, record_reads
+from verl.workers.config.model import GRADIENT_CHECKPOINTING_POLICIES
 from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None

@@ -70,3 +70,46 @@ def test_comment_style(path):
             assert following.strip() == "" or indent(following) > indent(line), (
                 f"line {i + 1}: leaf key must be followed by a blank line: {line!r}"
             )
+
+
+def _targets(node, path=""):
+    """(dotted path, node) of every node of a composed config that names its class with `_target_`."""
+    if OmegaConf.is_dict(node):
+        if "_target_" in node:
+            yield path, node
+        for key in node:
+            yield from _targets(node[key], f"{path}.{key}" if path else str(key))
+
+
+@pytest.mark.parametrize("name", generated.GENERATED)
+def test_every_target_builds_its_node_and_round_trips(name):
+    """`omega_conf_to_dataclass(node)` builds the class a node's `_target_` names, and the instance gives back every
+    key of the node with its value (the resolved YAML): the typed config and the YAML say the same. The instance may
+    hold more: fields the node leaves to the class (verl builds the ref's node as an actor config)."""
+    from hydra.utils import get_class
+
+    from verl.utils.config import omega_conf_to_dataclass
+
+    composed = _composed(name)
+    found = list(_targets(composed))
+    assert len(found) >= 10
+    for path, node in found:
+        typed = omega_conf_to_dataclass(node)
+        assert isinstance(typed, get_class(node._target_)), path
+        expected = OmegaConf.to_container(node, resolve=True)
+        assert _missing_or_different(expected, typed.to_dict()) == [], path
+
+
+def _missing_or_different(expected: dict, built: dict, prefix: str = "") -> list[str]:
+    """Keys of ``expected`` (a YAML node) that ``built`` (a typed section's dict) lacks or holds another value of."""
+    problems = []
+    for key, value in expected.items():
+        if key == "_target_":
+            continue
+        if key not in built:
+            problems.append(f"{prefix}{key}: missing")
+        elif isinstance(value, dict) and value and isinstance(built[key], dict):
+            problems += _missing_or_different(value, built[key], f"{prefix}{key}.")
+        elif built[key] != value:
+            problems.append(f"{prefix}{key}: {built[key]!r} != YAML {value!r}")
+    return problems

@@ -1,4 +1,4 @@
-"""The config package: the YAML files, the typed sections of every role, batch-size normalization and the checks.
+"""The config package: the YAML files, the trainer's typed sections, the whole `PPOConfig`, and the checks.
 
 `PPOConfig.from_config(hydra_config)` builds every section of the composed `ppo_trainer` config once; workers and
 trainer read attributes. The YAML files next to this module are where defaults are decided; the dataclasses mirror
@@ -6,17 +6,17 @@ them (a test keeps the two equal) and add types, so a value of the wrong type fa
 its key. Keys a recipe's YAML or a `+key=value` override adds are kept as each section's extra keys (see
 `verl.utils.config.BaseConfig`).
 
-Modules: one per section (`data`, `algorithm`, `trainer`, `actor` (actor and ref), `rollout`, `critic`,
-`reward_model`, `model` (the `model` block of each role), `engine` (FSDP, optimizer, checkpoint blocks), `sft`),
-`batch_sizes` (per-rank sizes the workers derive from the global ones), `errors` (`ConfigError`). The driver-side
-checks, which look at the registries of higher layers, are the subpackage `checks` (not imported here).
+Modules: the trainer's own sections (`data`, `algorithm`, `trainer`, `sft`), `generated` (the flat reference files
+`_generated_<name>.yaml`). The roles' sections (actor, ref, rollout, critic, reward model, their model, engine,
+optimizer and checkpoint blocks), the per-rank batch sizes and `ConfigError` live in `verl.workers.config`, verl's
+path, and are re-exported here. The driver-side checks, which look at the registries of higher layers, are the
+subpackage `checks` (not imported here).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.actor import ActorConfig, PolicyLossConfig, RefConfig
 from verl.trainer.config.algorithm import (
     AlgoConfig,
     FilterGroupsConfig,
@@ -24,27 +24,7 @@ from verl.trainer.config.algorithm import (
     PFPPOConfig,
     RolloutCorrectionConfig,
 )
-from verl.trainer.config.critic import CriticConfig
 from verl.trainer.config.data import CustomClsConfig, DataConfig
-from verl.trainer.config.engine import (
-    CheckpointConfig,
-    CriticOptimConfig,
-    FSDPConfig,
-    MegatronConfig,
-    OptimConfig,
-    WrapPolicyConfig,
-)
-from verl.trainer.config.errors import ConfigError
-from verl.trainer.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
-from verl.trainer.config.reward_model import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
-from verl.trainer.config.rollout import (
-    AgentLoopConfig,
-    CheckpointEngineConfig,
-    EngineKwargsConfig,
-    MultiTurnConfig,
-    RolloutConfig,
-    SamplingConfig,
-)
 from verl.trainer.config.sft import SFTConfig
 from verl.trainer.config.trainer import (
     AsyncTrainingConfig,
@@ -55,6 +35,23 @@ from verl.trainer.config.trainer import (
     async_training_config,
 )
 from verl.utils.config import BaseConfig
+from verl.workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig
+from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
+from verl.workers.config.checkpoint import CheckpointConfig
+from verl.workers.config.critic import CriticConfig
+from verl.workers.config.engine import FSDPConfig, MegatronConfig, WrapPolicyConfig
+from verl.workers.config.errors import ConfigError
+from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
+from verl.workers.config.optimizer import CriticOptimConfig, OptimConfig
+from verl.workers.config.reward import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
+from verl.workers.config.rollout import (
+    AgentLoopConfig,
+    CheckpointEngineConfig,
+    EngineKwargsConfig,
+    MultiTurnConfig,
+    RolloutConfig,
+    SamplingConfig,
+)
 
 __all__ = [
     "ActorConfig",
@@ -99,17 +96,6 @@ __all__ = [
     "TrainerConfig",
     "WrapPolicyConfig",
 ]
-
-
-@dataclass
-class ActorRolloutRefConfig(BaseConfig):
-    """`actor_rollout_ref`: the policy's model, its training (actor), sampling (rollout) and reference (ref)."""
-
-    hybrid_engine: bool = True
-    model: HFModelConfig = field(default_factory=HFModelConfig)
-    actor: ActorConfig = field(default_factory=ActorConfig)
-    ref: RefConfig = field(default_factory=RefConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
 
 @dataclass

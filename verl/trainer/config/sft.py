@@ -16,11 +16,11 @@ import os
 from dataclasses import dataclass, field
 
 from verl.trainer.config.data import CustomClsConfig
-from verl.trainer.config.engine import WrapPolicyConfig
-from verl.trainer.config.errors import ConfigError
-from verl.trainer.config.model import check_gradient_checkpointing_policy
 from verl.utils.config import BaseConfig
 from verl.utils.py_functional import as_list
+from verl.workers.config.engine import WrapPolicyConfig
+from verl.workers.config.errors import ConfigError
+from verl.workers.config.model import check_gradient_checkpointing_policy
 
 __all__ = [
     "SFTConfig",

@@ -11,8 +11,8 @@ import sys
 
 from verl.protocol import DataProto
 from verl.trainer.config import PPOConfig
-from verl.trainer.config.reward_model import RATE_LIMIT_KEYS
 from verl.utils.reward_score import default_compute_score
+from verl.workers.config.reward import RATE_LIMIT_KEYS
 
 __all__ = [
     "PendingReward",

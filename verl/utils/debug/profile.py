@@ -40,7 +40,7 @@ class ProfilerConfig(BaseConfig):
 
     discrete: bool = False
     all_ranks: bool = False
-    ranks: list[int] | None = field(default=None)
+    ranks: list[int] | None = field(default_factory=list)
     save_path: str | None = None
 
     def __post_init__(self):

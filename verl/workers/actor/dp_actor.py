@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 from omegaconf import DictConfig
 
-from verl.trainer.config import ActorConfig, RefConfig
 from verl.workers.actor.ppo_actor import PPOActor
+from verl.workers.config import ActorConfig, RefConfig
 from verl.workers.engine.fsdp import FSDPEngine
 
 __all__ = ["DataParallelPPOActor"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 
 from verl.protocol import DataProto
-from verl.trainer.config import ActorConfig, RefConfig
 from verl.trainer.ppo.core_algos import kl_penalty
 from verl.trainer.ppo.losses import agg_loss, compute_policy_loss_gpg, get_policy_loss_fn
 from verl.trainer.ppo.rollout_corr_helper import rollout_correction, rollout_correction_kwargs
 from verl.workers.actor.base import BasePPOActor
+from verl.workers.config import ActorConfig, RefConfig
 from verl.workers.engine.base import TrainingEngine
 from verl.workers.engine.micro_batches import append_metrics, gradient_accumulation_steps, to_float
 from verl.workers.engine.nonfinite import NonFiniteGuard

@@ -1,42 +1,53 @@
-"""verl's import path of the role config dataclasses (verl head): they live in `verl.trainer.config`."""
+"""The typed config of the workers' roles, at verl's import path: one dataclass per YAML node, each named by the
+node's `_target_` (actor, ref, rollout, critic, reward model, their model, engine, optimizer and checkpoint blocks),
+the per-rank batch sizes the workers derive, and `ConfigError`.
 
-from verl.trainer.config import (
-    ActorConfig,
-    ActorRolloutRefConfig,
-    CheckpointConfig,
+The YAML under `verl/trainer/config/` is where defaults are decided; these classes mirror it (a test keeps the two
+equal) and add types. The trainer-side sections (data, algorithm, trainer) and the whole `PPOConfig` are in
+`verl.trainer.config`, which re-exports these.
+"""
+
+from verl.workers.config.actor import ActorConfig, FSDPActorConfig, McoreActorConfig, PolicyLossConfig, RefConfig
+from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
+from verl.workers.config.checkpoint import CheckpointConfig
+from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, McoreCriticConfig
+from verl.workers.config.engine import FSDPConfig, FSDPEngineConfig, McoreEngineConfig, MegatronConfig, WrapPolicyConfig
+from verl.workers.config.errors import ConfigError
+from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
+from verl.workers.config.optimizer import CriticOptimConfig, FSDPOptimizerConfig, McoreOptimizerConfig, OptimConfig
+from verl.workers.config.reward import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
+from verl.workers.config.rollout import (
+    AgentLoopConfig,
     CheckpointEngineConfig,
-    CriticConfig,
-    CriticModelConfig,
-    CriticOptimConfig,
     EngineKwargsConfig,
-    FSDPConfig,
-    FusedKernelOptions,
-    HFModelConfig,
     MultiTurnConfig,
-    OptimConfig,
-    OverlongBufferConfig,
-    PolicyLossConfig,
-    RefConfig,
-    RewardModelConfig,
-    RewardModelModelConfig,
     RolloutConfig,
     SamplingConfig,
-    SandboxFusionConfig,
-    WrapPolicyConfig,
 )
 
 __all__ = [
     "ActorConfig",
     "ActorRolloutRefConfig",
+    "AgentLoopConfig",
     "CheckpointConfig",
     "CheckpointEngineConfig",
+    "ConfigError",
     "CriticConfig",
     "CriticModelConfig",
     "CriticOptimConfig",
     "EngineKwargsConfig",
+    "FSDPActorConfig",
     "FSDPConfig",
+    "FSDPCriticConfig",
+    "FSDPEngineConfig",
+    "FSDPOptimizerConfig",
     "FusedKernelOptions",
     "HFModelConfig",
+    "McoreActorConfig",
+    "McoreCriticConfig",
+    "McoreEngineConfig",
+    "McoreOptimizerConfig",
+    "MegatronConfig",
     "MultiTurnConfig",
     "OptimConfig",
     "OverlongBufferConfig",

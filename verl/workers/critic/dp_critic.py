@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 from omegaconf import DictConfig
 
-from verl.trainer.config import CriticConfig
+from verl.workers.config import CriticConfig
 from verl.workers.critic.ppo_critic import PPOCritic
 from verl.workers.engine.fsdp import FSDPEngine
 

@@ -10,8 +10,8 @@ import torch
 
 import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
-from verl.trainer.config import CriticConfig
 from verl.trainer.ppo.losses import compute_value_loss
+from verl.workers.config import CriticConfig
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.engine.base import TrainingEngine
 from verl.workers.engine.micro_batches import append_metrics, gradient_accumulation_steps, to_float

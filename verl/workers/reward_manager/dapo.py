@@ -7,8 +7,8 @@ import logging
 import torch
 
 from verl.protocol import DataProto
-from verl.trainer.config import OverlongBufferConfig
 from verl.utils.reward_score.guarded_call import DEFAULT_TIMEOUT_S
+from verl.workers.config import OverlongBufferConfig
 from verl.workers.reward_manager.naive import (
     NaiveRewardManager,
     decode_sample,

@@ -25,12 +25,12 @@ from omegaconf import DictConfig
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.trainer.config import ActorRolloutRefConfig
-from verl.trainer.config.batch_sizes import normalize_actor_batch_sizes
 from verl.utils.debug import DistProfilerExtension
 from verl.utils.device import get_device_id, get_device_name, peak_rss_gb
 from verl.utils.distributed import init_distributed
 from verl.utils.import_utils import import_external_libs
+from verl.workers.config import ActorRolloutRefConfig
+from verl.workers.config.batch_sizes import normalize_actor_batch_sizes
 from verl.workers.engine import get_engine_cls
 from verl.workers.engine.pretrained import load_pretrained
 from verl.workers.roles.base import mfu_metric, role_profiler, typed_section

@@ -12,11 +12,11 @@ from omegaconf import DictConfig
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.trainer.config import CriticConfig
-from verl.trainer.config.batch_sizes import normalize_critic_batch_sizes
 from verl.utils.debug import DistProfilerExtension
 from verl.utils.distributed import init_distributed
 from verl.utils.import_utils import import_external_libs
+from verl.workers.config import CriticConfig
+from verl.workers.config.batch_sizes import normalize_critic_batch_sizes
 from verl.workers.engine import get_engine_cls
 from verl.workers.engine.pretrained import load_pretrained
 from verl.workers.roles.base import mfu_metric, role_profiler, typed_section

@@ -10,13 +10,13 @@ from tensordict import TensorDict
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.trainer.config import RewardModelConfig
-from verl.trainer.config.batch_sizes import normalize_reward_model_micro_batch_size
 from verl.utils.debug import DistProfilerExtension
 from verl.utils.distributed import init_distributed
 from verl.utils.import_utils import import_external_libs
 from verl.utils.model import compute_position_id_with_mask
 from verl.utils.torch_functional import postprocess_data
+from verl.workers.config import RewardModelConfig
+from verl.workers.config.batch_sizes import normalize_reward_model_micro_batch_size
 from verl.workers.engine import get_engine_cls
 from verl.workers.engine.pretrained import load_pretrained
 from verl.workers.roles.base import role_profiler, typed_section

@@ -14,10 +14,10 @@ from tensordict import TensorDict
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from verl.protocol import DataProto
-from verl.trainer.config import RolloutConfig
 from verl.utils.device import get_torch_device, is_accelerator_available
 from verl.utils.fsdp_utils import fsdp2_full_params, fsdp_version
 from verl.utils.torch_functional import get_response_mask
+from verl.workers.config import RolloutConfig
 from verl.workers.engine.fsdp.hf_forward import autocast_context
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 from verl.workers.rollout.categorical_sampler import CategoricalSampler, sampling_warpers

@@ -17,12 +17,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from verl.trainer.config import ConfigError
-from verl.trainer.config.batch_sizes import (
-    data_parallel_size,
-    normalize_actor_batch_sizes,
-    normalize_critic_batch_sizes,
-    normalize_reward_model_micro_batch_size,
-)
 from verl.trainer.config.checks.data import check_data_files
 from verl.trainer.config.checks.megatron import check_megatron, check_megatron_model
 from verl.trainer.config.checks.multi_turn import check_multi_turn
@@ -32,11 +26,17 @@ from verl.trainer.config.checks.runtime_support import check_fused_head_model, c
 from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
 from verl.trainer.config.checks.unsupported_keys import raise_unsupported
 from verl.trainer.config.checks.vlm import check_vision_language_policy
-from verl.trainer.config.errors import raise_config_errors
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
 from verl.utils.fs import is_model_id, resolve_modelscope_model, use_modelscope
 from verl.utils.tracking import UnknownBackendError, normalize_backends
 from verl.utils.vlm_processor import is_vision_language_config
+from verl.workers.config.batch_sizes import (
+    data_parallel_size,
+    normalize_actor_batch_sizes,
+    normalize_critic_batch_sizes,
+    normalize_reward_model_micro_batch_size,
+)
+from verl.workers.config.errors import raise_config_errors
 
 logger = logging.getLogger(__name__)
 
@@ -392,7 +392,7 @@ def _check_overlong_buffer(config, ctx: _Context) -> None:
 def _check_rate_limits(config, ctx: _Context) -> None:
     """reward_model.max_concurrent, ... are read by the rate_limited manager only; elsewhere a changed one is
     refused."""
-    from verl.trainer.config.reward_model import RATE_LIMIT_KEYS, RewardModelConfig
+    from verl.workers.config.reward import RATE_LIMIT_KEYS, RewardModelConfig
     from verl.workers.reward_manager import get_reward_manager_cls
 
     rm, defaults = config.reward_model, RewardModelConfig()

@@ -47,7 +47,7 @@ def _local_missing(path: str | None) -> bool:
 
 def check_reward_loop(config, check_paths: bool = True) -> list[str]:
     """Every problem found (``config``: the typed PPO config); empty when it can run."""
-    from verl.trainer.config.reward_model import RewardModelConfig
+    from verl.workers.config.reward import RewardModelConfig
 
     rm, defaults = config.reward_model, RewardModelConfig()
     problems: list[str] = []

@@ -9,7 +9,7 @@ import os
 import shutil
 
 from verl.trainer.config import ConfigError
-from verl.trainer.config.model import check_gradient_checkpointing_policy
+from verl.workers.config.model import check_gradient_checkpointing_policy
 
 __all__ = ["check_fused_head_model", "check_runtime_support"]
 

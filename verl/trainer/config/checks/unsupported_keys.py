@@ -12,7 +12,7 @@ import functools
 import os
 from collections.abc import Mapping
 
-from verl.trainer.config.errors import ConfigError
+from verl.workers.config.errors import ConfigError
 
 __all__ = ["UNSUPPORTED", "check_unsupported_keys", "unsupported_reason"]
 

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts, noop_context_fn
 
-from verl.trainer.config.model import GRADIENT_CHECKPOINTING_POLICIES as POLICIES
 from verl.utils.device import host_memory_share_bytes
+from verl.workers.config.model import GRADIENT_CHECKPOINTING_POLICIES as POLICIES
 
 __all__ = [
     "POLICIES",

@@ -14,12 +14,12 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
-from verl.trainer.config import FSDPConfig, OptimConfig
 from verl.utils.device import get_device_name, is_accelerator_available
 from verl.utils.fsdp_utils import (
     get_init_weight_context_manager,
 )
 from verl.utils.torch_dtypes import PrecisionType
+from verl.workers.config import FSDPConfig, OptimConfig
 from verl.workers.engine.fsdp.activation_checkpointing import ActivationCheckpointing
 from verl.workers.engine.pretrained import PretrainedFiles
 

@@ -6,8 +6,8 @@ the engine runs it again when it builds.
 
 from __future__ import annotations
 
-from verl.trainer.config import MegatronConfig
 from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.config import MegatronConfig
 
 __all__ = ["check_megatron_settings", "megatron_settings"]
 

@@ -7,7 +7,7 @@ import torch.nn as nn
 from omegaconf import DictConfig
 
 from verl.protocol import DataProto
-from verl.trainer.config import RolloutConfig
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout, SamplingRequest
 from verl.workers.rollout.hf_rollout import build_rollout_output
 

@@ -19,9 +19,9 @@ from omegaconf import DictConfig
 from vllm import LLM, SamplingParams
 
 from verl.protocol import DataProto
-from verl.trainer.config import RolloutConfig
 from verl.utils.device import is_accelerator_available
 from verl.utils.torch_functional import pad_2d_list_to_length
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import TRAJECTORY_ID, TRAJECTORY_SINK, BaseRollout, SamplingRequest, emit_trajectories
 from verl.workers.rollout.hf_rollout import build_rollout_output
 from verl.workers.rollout.vllm_cpu import cpu_kv_cache_bytes, cpu_rollout_dtype

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from verl.trainer.config.engine import CheckpointConfig, FSDPConfig, OptimConfig
 from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
+from verl.workers.config.checkpoint import CheckpointConfig
+from verl.workers.config.engine import FSDPConfig
+from verl.workers.config.optimizer import OptimConfig
 
-__all__ = ["ActorConfig", "PolicyLossConfig", "RefConfig"]
+__all__ = ["FSDPActorConfig", "McoreActorConfig", "ActorConfig", "PolicyLossConfig", "RefConfig"]
 
 
 @dataclass
@@ -90,3 +92,9 @@ class RefConfig(BaseConfig):
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     use_remove_padding: bool = False
     use_fused_kernels: bool = False
+
+
+# verl's names of the actor node per engine family (the `_target_`s of actor/dp_actor.yaml and megatron_actor.yaml):
+# one class here, whose engine block is `fsdp_config` or `megatron` (an extra key) by the family
+FSDPActorConfig = ActorConfig
+McoreActorConfig = ActorConfig

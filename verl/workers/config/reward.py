@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.model import RewardModelModelConfig
 from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
+from verl.workers.config.model import RewardModelModelConfig
 
 __all__ = [
     "RATE_LIMIT_KEYS",

@@ -1,4 +1,5 @@
-"""Config sections the training engines share: FSDP sharding, optimizer, checkpoint contents."""
+"""The engine blocks of a role: FSDP sharding (`fsdp_config`, engine/fsdp.yaml) and Megatron-core parallelism
+(`megatron`, engine/megatron.yaml)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass, field
 
 from verl.utils.config import BaseConfig
 
-__all__ = ["CheckpointConfig", "CriticOptimConfig", "FSDPConfig", "MegatronConfig", "OptimConfig", "WrapPolicyConfig"]
+__all__ = ["FSDPConfig", "FSDPEngineConfig", "McoreEngineConfig", "MegatronConfig", "WrapPolicyConfig"]
 
 
 @dataclass
@@ -59,39 +60,6 @@ class MegatronConfig(BaseConfig):
         return sizes * self.expert_model_parallel_size
 
 
-@dataclass
-class OptimConfig(BaseConfig):
-    """`actor.optim`: AdamW and its learning-rate schedule."""
-
-    lr: float = 1e-6
-    lr_warmup_steps: int = -1
-    lr_warmup_steps_ratio: float = 0.0
-    min_lr_ratio: float | None = 0.0
-    num_cycles: float = 0.5
-    warmup_style: str = "constant"
-    total_training_steps: int = -1
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-
-    def warmup_steps(self) -> int:
-        """`lr_warmup_steps`, or `lr_warmup_steps_ratio` of the total steps when that is negative."""
-        if self.lr_warmup_steps >= 0:
-            return self.lr_warmup_steps
-        return int(self.lr_warmup_steps_ratio * max(self.total_training_steps, 0))
-
-
-@dataclass
-class CriticOptimConfig(OptimConfig):
-    """`critic.optim`: as the actor's, with verl's critic defaults."""
-
-    lr: float = 1e-5
-    # null: the cosine schedule's floor is 0
-    min_lr_ratio: float | None = None
-
-
-@dataclass
-class CheckpointConfig(BaseConfig):
-    """What a checkpoint saves and what a resume loads: model, optimizer, extra, hf_model."""
-
-    save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
-    load_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+# verl's names of the two engine blocks (the `_target_`s of engine/fsdp.yaml and engine/megatron.yaml)
+FSDPEngineConfig = FSDPConfig
+McoreEngineConfig = MegatronConfig

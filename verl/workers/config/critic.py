@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.engine import CheckpointConfig, CriticOptimConfig
-from verl.trainer.config.model import CriticModelConfig
 from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
+from verl.workers.config.checkpoint import CheckpointConfig
+from verl.workers.config.model import CriticModelConfig
+from verl.workers.config.optimizer import CriticOptimConfig
 
-__all__ = ["CriticConfig"]
+__all__ = ["CriticConfig", "FSDPCriticConfig", "McoreCriticConfig"]
 
 
 @dataclass
@@ -36,3 +37,8 @@ class CriticConfig(BaseConfig):
     loss_agg_mode: str = "token-mean"
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+
+
+# verl's names of the critic node per engine family (the `_target_`s of critic/dp_critic.yaml and megatron_critic.yaml)
+FSDPCriticConfig = CriticConfig
+McoreCriticConfig = CriticConfig

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, open_dict
 
-from verl.trainer.config.errors import ConfigError
+from verl.workers.config.errors import ConfigError
 
 __all__ = [
     "data_parallel_size",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.engine import FSDPConfig
-from verl.trainer.config.errors import ConfigError
 from verl.utils.config import BaseConfig
+from verl.workers.config.engine import FSDPConfig
+from verl.workers.config.errors import ConfigError
 
 __all__ = [
     "GRADIENT_CHECKPOINTING_POLICIES",

@@ -1,0 +1,59 @@
+"""From verl v0.4.1 to today's verl: the defaults that moved, and which of them change what a v0.4.1 script trains.
+
+The YAML holds today's verl defaults (0.9). A verl v0.4.1 command line still means the same run: where a default
+moved and the move changes what is trained (not only how fast), the entry says how, `docs/migration.md` says so key
+by key, and `main_ppo` prints the entries that apply to a run at start-up. The values themselves are the YAML's;
+this table only names the keys and their v0.4.1 values (a test holds the two to verl's transcribed defaults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CHANGED_DEFAULTS", "ChangedDefault", "changed_defaults_in_effect", "changed_defaults_line"]
+
+
+@dataclass(frozen=True)
+class ChangedDefault:
+    """A key whose default moved since verl v0.4.1. ``effect``: what a v0.4.1 script that leaves the key alone now
+    trains differently; empty when only speed, memory or logging change."""
+
+    key: str
+    v041: Any
+    effect: str = ""
+
+
+_PROFILER_RANKS = "the ranks to profile: [] and v0.4.1's null both mean none listed"
+
+CHANGED_DEFAULTS: tuple[ChangedDefault, ...] = (
+    ChangedDefault("actor_rollout_ref.actor.profiler.ranks", None),
+    ChangedDefault("actor_rollout_ref.ref.profiler.ranks", None),
+    ChangedDefault("actor_rollout_ref.rollout.profiler.ranks", None),
+    ChangedDefault("critic.profiler.ranks", None),
+    ChangedDefault("reward_model.profiler.ranks", None),
+)
+
+
+def _set_on_command_line(key: str, set_keys: Iterable[str]) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in set_keys)
+
+
+def changed_defaults_in_effect(set_keys: Iterable[str]) -> list[ChangedDefault]:
+    """The moved defaults that change training and that a run leaves alone (``set_keys``: the command line's keys)."""
+    set_keys = list(set_keys)
+    return [c for c in CHANGED_DEFAULTS if c.effect and not _set_on_command_line(c.key, set_keys)]
+
+
+def changed_defaults_line(config, set_keys: Iterable[str]) -> str | None:
+    """One start-up line naming each moved default in effect with its value now and in v0.4.1, or None."""
+    from omegaconf import OmegaConf
+
+    parts = []
+    for change in changed_defaults_in_effect(set_keys):
+        now = OmegaConf.select(config, change.key, default=None)
+        parts.append(f"{change.key}={now!r} (v0.4.1: {change.v041!r}; {change.effect})")
+    if not parts:
+        return None
+    return "defaults that moved since verl v0.4.1 and change this run (docs/migration.md): " + "; ".join(parts)
