@@ -21,12 +21,26 @@ _SHARES_ACTOR_MESH = (
     "actor_rollout_ref.actor.fsdp_config.{name} instead"
 )
 
-# dotted key, or 'section.*' for every key below it -> why it cannot be honoured and what to do instead
-UNSUPPORTED: dict[str, str] = {
+# One table per part of the config (dotted key, or 'section.*' for every key below it -> why it cannot be honoured
+# and what to do instead); UNSUPPORTED joins them.
+
+# actor_rollout_ref.actor, .ref, engine and optimizer blocks, critic
+_ROLE_KEYS: dict[str, str] = {
     "actor_rollout_ref.ref.fsdp_config.fsdp_size": _SHARES_ACTOR_MESH.format(name="fsdp_size"),
     "actor_rollout_ref.ref.fsdp_config.offload_policy": _SHARES_ACTOR_MESH.format(name="offload_policy"),
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload": "the reference has no optimizer; leave it at its default",
 }
+
+# actor_rollout_ref.rollout, actor_rollout_ref.model (and critic.model), distillation
+_ROLLOUT_MODEL_KEYS: dict[str, str] = {}
+
+# reward, reward_model, custom_reward_function, sandbox_fusion
+_REWARD_KEYS: dict[str, str] = {}
+
+# trainer, data, algorithm, global_profiler and the roles' profiler blocks, skip, ray_kwargs, transfer_queue
+_TRAINER_KEYS: dict[str, str] = {}
+
+UNSUPPORTED: dict[str, str] = {**_ROLE_KEYS, **_ROLLOUT_MODEL_KEYS, **_REWARD_KEYS, **_TRAINER_KEYS}
 
 
 def unsupported_reason(key: str) -> str | None:
