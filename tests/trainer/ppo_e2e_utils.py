@@ -126,7 +126,10 @@ def write_reward_fn(root) -> str:
 
 
 def compose_config(overrides: list[str], config_name: str = "ppo_trainer"):
-    """The ``config_name`` config (``--config-name``) with ``overrides``, composed as the Hydra app would."""
+    """The ``config_name`` config (``--config-name``) with ``overrides``, composed as the Hydra app would. verl 0.9
+    requires ``actor_rollout_ref.rollout.name``; overrides that leave it out get ``hf`` (what the tests run)."""
+    if not any(o.lstrip("+").startswith("actor_rollout_ref.rollout.name=") for o in overrides):
+        overrides = [*overrides, "actor_rollout_ref.rollout.name=hf"]
     from hydra import compose, initialize_config_dir
 
     import verl.trainer

@@ -27,7 +27,7 @@ DEMO_VALUES: dict[str, object] = {
     "actor_rollout_ref.model.path": "builtin://default_model",  # ~/models/deepseek-llm-7b-chat
     "critic.model.path": "builtin://default_model",  # same; only read when adv_estimator=gae
     "algorithm.adv_estimator": "grpo",  # gae: GRPO needs no critic, and the task has a verifiable answer
-    "actor_rollout_ref.rollout.name": "hf",  # vllm: runs wherever torch runs, no extra install
+    "actor_rollout_ref.rollout.name": "hf",  # ??? (required): runs wherever torch runs, no extra install
     "actor_rollout_ref.rollout.n": 8,  # 1: GRPO compares 8 answers per prompt
     "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,  # 2: a 1M model needs no tensor parallelism
     "data.train_batch_size": 32,  # 1024

@@ -19,6 +19,7 @@ from verl.demo.assets import resolve_builtin_paths
 from verl.demo.default_run import apply_builtin_demo, command_line_keys, describe_choices
 from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
+from verl.trainer.config.migration import changed_defaults_line
 from verl.trainer.ppo.reward import get_served_reward_model, load_reward_manager
 from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 from verl.utils.logging_utils import set_basic_config
@@ -47,12 +48,18 @@ def main(config) -> None:
 def apply_demo_for_command_line(config, values: dict | None = None) -> None:
     """verl's defaults, unless this Hydra run names no data and no model: then the built-in demo's values
     (``verl/demo/default_run.py``; a recipe may pass its own ``values``), each where the command line leaves the key
-    alone, printed. For entry points."""
+    alone, printed. Otherwise the defaults that moved since verl v0.4.1 and change this run are printed. For entry
+    points."""
     from hydra.core.hydra_config import HydraConfig
 
-    chosen = apply_builtin_demo(config, command_line_keys(HydraConfig.get().overrides.task), values=values)
+    set_keys = command_line_keys(HydraConfig.get().overrides.task)
+    chosen = apply_builtin_demo(config, set_keys, values=values)
     if chosen:
         print(describe_choices(chosen), flush=True)
+        return
+    moved = changed_defaults_line(config, set_keys)
+    if moved:
+        print(moved, flush=True)
 
 
 def prepare_config(config) -> None:

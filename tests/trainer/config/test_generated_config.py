@@ -90,7 +90,7 @@ def test_every_target_builds_its_node_and_round_trips(name):
 
     from verl.utils.config import omega_conf_to_dataclass
 
-    composed = _composed(name)
+    composed = _composed(name, ["actor_rollout_ref.rollout.name=hf"])  # verl 0.9 leaves it to the command line
     found = list(_targets(composed))
     assert len(found) >= 10
     for path, node in found:

@@ -310,7 +310,7 @@ def test_verl_plus_overrides_of_code_default_keys_keep_working():
         "x.y=1",
     ]
     with pytest.raises(ConfigCompositionException):  # what Hydra alone does with verl's '+' on a YAML key
-        _compose("ppo_trainer", ["+data.seed=3"])
+        _compose("ppo_trainer", ["+data.max_prompt_length=3"])
     cfg = _compose(
         "ppo_trainer",
         verl_command_line(verl_args[:2] + ["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"]),

@@ -76,7 +76,8 @@ def test_check_ppo_config_reports_a_wrong_type_as_a_config_error():
     from verl.trainer.config.checks.ppo import check_ppo_config
 
     with pytest.raises(ConfigError, match=r"critic\.ppo_epochs='two'"):
-        check_ppo_config(_compose(["critic.ppo_epochs=two"]), check_paths=False, check_device=False)
+        overrides = ["critic.ppo_epochs=two", "actor_rollout_ref.rollout.name=hf"]
+        check_ppo_config(_compose(overrides), check_paths=False, check_device=False)
 
 
 def test_workers_take_a_private_typed_copy():

@@ -190,7 +190,7 @@ def test_demo_stays_off_for_own_data_or_model():
     for overrides in (["data.train_files=/d/train.parquet"], ["actor_rollout_ref.model.path=/m"], ["~data.val_files"]):
         cfg = _composed()
         assert apply_builtin_demo(cfg, command_line_keys(overrides)) == {}
-        assert cfg.actor_rollout_ref.rollout.name == "vllm"  # verl's default, untouched
+        assert OmegaConf.is_missing(cfg.actor_rollout_ref.rollout, "name")  # verl 0.9's required key, untouched
     # a --config-name file that names its own data (not on the command line) counts the same
     cfg = _composed(["data.train_files=/d/train.parquet"])
     assert apply_builtin_demo(cfg, set()) == {}

@@ -35,66 +35,28 @@ from verl.trainer.config.trainer import (
     async_training_config,
 )
 from verl.utils.config import BaseConfig
-from verl.workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig
-from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
-from verl.workers.config.checkpoint import CheckpointConfig
-from verl.workers.config.critic import CriticConfig
-from verl.workers.config.engine import FSDPConfig, MegatronConfig, WrapPolicyConfig
-from verl.workers.config.errors import ConfigError
-from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
-from verl.workers.config.optimizer import CriticOptimConfig, OptimConfig
-from verl.workers.config.reward import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
-from verl.workers.config.rollout import (
-    AgentLoopConfig,
-    CheckpointEngineConfig,
-    EngineKwargsConfig,
-    MultiTurnConfig,
-    RolloutConfig,
-    SamplingConfig,
-)
+from verl.workers import config as _workers_config
+from verl.workers.config import *  # noqa: F403  (the roles' sections at verl's path, re-exported here)
+from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 
 __all__ = [
-    "ActorConfig",
-    "ActorRolloutRefConfig",
-    "AgentLoopConfig",
     "AlgoConfig",
+    "AsyncTrainingConfig",
     "BaseConfig",
-    "CheckpointConfig",
-    "ConfigError",
-    "CriticConfig",
-    "CriticModelConfig",
-    "CriticOptimConfig",
     "CustomClsConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
-    "CheckpointEngineConfig",
-    "EngineKwargsConfig",
-    "FSDPConfig",
-    "MegatronConfig",
     "FilterGroupsConfig",
-    "FusedKernelOptions",
-    "HFModelConfig",
     "KLControlConfig",
-    "MultiTurnConfig",
-    "OptimConfig",
-    "OverlongBufferConfig",
     "PFPPOConfig",
     "PPOConfig",
-    "PolicyLossConfig",
     "RayInitConfig",
-    "RolloutPoolConfig",
-    "AsyncTrainingConfig",
-    "async_training_config",
-    "RefConfig",
-    "RewardModelConfig",
-    "RewardModelModelConfig",
-    "RolloutConfig",
     "RolloutCorrectionConfig",
+    "RolloutPoolConfig",
     "SFTConfig",
-    "SamplingConfig",
-    "SandboxFusionConfig",
     "TrainerConfig",
-    "WrapPolicyConfig",
+    "async_training_config",
+    *_workers_config.__all__,
 ]
 
 

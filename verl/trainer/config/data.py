@@ -32,7 +32,7 @@ class DataConfig(BaseConfig):
     train_batch_size: int = 1024
     val_batch_size: int | None = None
     return_raw_input_ids: bool = False
-    return_raw_chat: bool = False
+    return_raw_chat: bool = True
     return_full_prompt: bool = False
     shuffle: bool = True
     validation_shuffle: bool = False
@@ -46,7 +46,7 @@ class DataConfig(BaseConfig):
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
     gen_batch_size: int | None = None
     dataloader_num_workers: int = 0
-    seed: int = 1
+    seed: int | None = None
     cache_dir: str = "~/.cache/verl/rlhf"
     need_tools_kwargs: bool = False
 

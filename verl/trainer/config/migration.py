@@ -25,9 +25,24 @@ class ChangedDefault:
     effect: str = ""
 
 
-_PROFILER_RANKS = "the ranks to profile: [] and v0.4.1's null both mean none listed"
+_OTHER_DRAWS = "other random draws, so other sampled responses (the same distribution)"
 
 CHANGED_DEFAULTS: tuple[ChangedDefault, ...] = (
+    # required now: a v0.4.1 script that leaves it out is refused before Ray, naming the key
+    ChangedDefault("actor_rollout_ref.rollout.name", "vllm"),
+    ChangedDefault("actor_rollout_ref.rollout.seed", 0, "the sampling seed is 42; " + _OTHER_DRAWS),
+    ChangedDefault("actor_rollout_ref.rollout.max_num_seqs", 1024),
+    ChangedDefault("actor_rollout_ref.rollout.load_format", "dummy_dtensor"),
+    ChangedDefault("actor_rollout_ref.rollout.calculate_log_probs", False),
+    ChangedDefault("actor_rollout_ref.model.use_remove_padding", False),
+    ChangedDefault("critic.model.use_remove_padding", False),
+    ChangedDefault("data.return_raw_chat", False),
+    ChangedDefault(
+        "data.seed",
+        1,
+        "the training prompts are shuffled by a generator with torch's fixed default seed instead of seed 1: "
+        "another (still reproducible) order",
+    ),
     ChangedDefault("actor_rollout_ref.actor.profiler.ranks", None),
     ChangedDefault("actor_rollout_ref.ref.profiler.ranks", None),
     ChangedDefault("actor_rollout_ref.rollout.profiler.ranks", None),

@@ -360,6 +360,8 @@ def create_rl_sampler(data_config, dataset) -> Sampler:
 
     if _cfg_get(data_config, "shuffle", True):
         generator = torch.Generator()
-        generator.manual_seed(int(_cfg_get(data_config, "seed", 1)))
+        seed = _cfg_get(data_config, "seed", None)
+        if seed is not None:  # null (verl 0.9's default) keeps a new generator's own fixed seed
+            generator.manual_seed(int(seed))
         return ResumableRandomSampler(dataset, generator=generator)
     return SequentialSampler(dataset)

@@ -56,7 +56,7 @@ class HFModelConfig(BaseConfig):
     enable_gradient_checkpointing: bool = True
     gradient_checkpointing_policy: str = "auto"
     enable_activation_offload: bool = False
-    use_remove_padding: bool = False
+    use_remove_padding: bool = True
     lora_rank: int = 0
     lora_alpha: int = 16
     target_modules: str | list[str] = "all-linear"
@@ -82,7 +82,7 @@ class CriticModelConfig(BaseConfig):
     enable_gradient_checkpointing: bool = True
     gradient_checkpointing_policy: str = "auto"
     enable_activation_offload: bool = False
-    use_remove_padding: bool = False
+    use_remove_padding: bool = True
     trust_remote_code: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     lora_rank: int = 0

@@ -76,7 +76,8 @@ class CheckpointEngineConfig(BaseConfig):
 class RolloutConfig(BaseConfig):
     """`actor_rollout_ref.rollout`. Any other key naming a vLLM `SamplingParams` attribute is passed to sampling."""
 
-    name: str = "vllm"
+    # "???": Hydra's mark of a value the command line must give (verl 0.9 has no default engine)
+    name: str = "???"
     mode: str = "sync"
     temperature: float = 1.0
     top_k: int = -1
@@ -89,12 +90,12 @@ class RolloutConfig(BaseConfig):
     ignore_eos: bool = False
     enforce_eager: bool = True
     free_cache_engine: bool = True
-    load_format: str = "dummy_dtensor"
+    load_format: str = "dummy"
     layered_summon: bool = False
     tensor_model_parallel_size: int = 2
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None
-    max_num_seqs: int = 1024
+    max_num_seqs: int = 256
     log_prob_micro_batch_size: int | None = None
     log_prob_micro_batch_size_per_gpu: int | None = None
     log_prob_use_dynamic_bsz: bool = False
@@ -108,9 +109,9 @@ class RolloutConfig(BaseConfig):
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
-    calculate_log_probs: bool = False
+    calculate_log_probs: bool = True
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    seed: int = 0
+    seed: int = 42
     limit_images: int | None = None
     micro_batch_size: int | None = None
     cpu_num_threads: int | None = None

@@ -108,7 +108,7 @@ def test_valid_config_passes(base_cfg):
 # (updates, substrings that the message must contain: the key and the offending value or expectation)
 BAD = {
     "derived_actor_key": (
-        {"actor_rollout_ref__actor__use_remove_padding": True},
+        {"actor_rollout_ref__actor__use_remove_padding": True, "actor_rollout_ref__model__use_remove_padding": False},
         ["actor_rollout_ref.actor.use_remove_padding=True", "set actor_rollout_ref.model.use_remove_padding"],
     ),
     "unused_verl_key": ({"data__filter_prompts": False}, ["data.filter_prompts=False", "remove it"]),
@@ -157,7 +157,10 @@ BAD = {
     ),
     "critic_model_missing": ({"critic__model__path": "/nope/critic"}, ["critic.model.path", "/nope/critic"]),
     "sp_needs_rmpad": (
-        {"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2},
+        {
+            "actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2,
+            "actor_rollout_ref__model__use_remove_padding": False,
+        },
         ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "use_remove_padding=True"],
     ),
     "dynamic_budget_too_small": (
@@ -232,7 +235,9 @@ def test_sequence_parallel_with_packed_inputs_is_accepted(base_cfg):
     )
     # the critic's packed inputs are its own key
     with pytest.raises(ConfigError, match="critic.ulysses_sequence_parallel_size=2 > 1 needs critic.model.use_remove"):
-        check_ppo_config(_with(base_cfg, critic__ulysses_sequence_parallel_size=2))
+        check_ppo_config(
+            _with(base_cfg, critic__ulysses_sequence_parallel_size=2, critic__model__use_remove_padding=False)
+        )
 
 
 @pytest.mark.skipif(is_cuda_available, reason="needs a machine without CUDA")
@@ -613,6 +618,9 @@ def _megatron_grpo(base_cfg, **updates):
         "algorithm__adv_estimator": "grpo",
         "actor_rollout_ref__rollout__n": 2,
         "actor_rollout_ref__rollout__name": "hf",
+        # as ppo_megatron_trainer.yaml: the Megatron engine runs padded micro batches
+        "actor_rollout_ref__model__use_remove_padding": False,
+        "critic__model__use_remove_padding": False,
     }
     return _with(base_cfg, **{**defaults, **updates})
 
@@ -753,6 +761,7 @@ def test_megatron_roles_at_their_own_sizes_and_beside_fsdp_are_accepted(base_cfg
     for role in ("actor_rollout_ref__actor", "actor_rollout_ref__ref", "critic", "reward_model"):
         settings[f"{role}__megatron__use_distributed_optimizer"] = False
         settings[f"{role}__megatron__sequence_parallel"] = False
+    settings["critic__model__use_remove_padding"] = False  # the Megatron engine runs padded micro batches
     rm = {"reward_model__enable": True, "reward_model__model__path": base_cfg.critic.model.path}
     rm["reward_model__micro_batch_size_per_gpu"] = 2
     gae = {"algorithm__adv_estimator": "gae", **settings, **rm}

@@ -14,6 +14,7 @@ from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, register_policy_loss
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 RC = "algorithm.rollout_correction"
 LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=True"
+NO_LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=False"  # verl 0.9 computes them by default
 
 
 def config(*overrides):
@@ -61,10 +62,10 @@ def test_valid_settings_pass(overrides):
     "overrides, expected",
     [
         (
-            [f"{RC}.rollout_is=token"],
+            [f"{RC}.rollout_is=token", NO_LOG_PROBS],
             ["calculate_log_probs=False", "set actor_rollout_ref.rollout.calculate_log_probs"],
         ),
-        ([f"{RC}.bypass_mode=True"], ["bypass_mode=True", "calculate_log_probs=True"]),
+        ([f"{RC}.bypass_mode=True", NO_LOG_PROBS], ["bypass_mode=True", "calculate_log_probs=True"]),
         ([f"{RC}.rollout_is=tokens", LOG_PROBS], [f"{RC}.rollout_is='tokens'", "'token' or 'sequence'"]),
         ([f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold=0", LOG_PROBS], ["rollout_is_threshold=0", "> 0"]),
         ([f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold='5_0.5'", LOG_PROBS], ["0 <= lower < upper"]),
@@ -83,7 +84,10 @@ def test_valid_settings_pass(overrides):
             [f"{RC}.rollout_rs_threshold_lower=3.0", "lower < upper"],
         ),
         ([f"{RC}.rollout_token_veto_threshold=0", LOG_PROBS], [f"{RC}.rollout_token_veto_threshold=0", "> 0"]),
-        ([f"{RC}.rollout_token_veto_threshold=1e-4"], ["rollout_token_veto_threshold=0.0001", "calculate_log_probs"]),
+        (
+            [f"{RC}.rollout_token_veto_threshold=1e-4", NO_LOG_PROBS],
+            ["rollout_token_veto_threshold=0.0001", "calculate_log_probs"],
+        ),
         (
             [
                 f"{RC}.bypass_mode=True",
@@ -169,6 +173,14 @@ def test_a_loss_without_the_weights_keyword_is_refused_for_is():
 
 def test_check_ppo_config_runs_it():
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        raw = compose(config_name="ppo_trainer", overrides=[f"{RC}.rollout_is=token", "trainer.device=cpu"])
+        raw = compose(
+            config_name="ppo_trainer",
+            overrides=[
+                f"{RC}.rollout_is=token",
+                "trainer.device=cpu",
+                NO_LOG_PROBS,
+                "actor_rollout_ref.rollout.name=hf",
+            ],
+        )
     with pytest.raises(ConfigError, match="calculate_log_probs=False"):
         check_ppo_config(raw, check_paths=False, check_device=False)

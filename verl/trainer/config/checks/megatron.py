@@ -69,6 +69,18 @@ def _check_ulysses(config, key: str) -> list[str]:
     ]
 
 
+def _packing_problem(config, model_key: str, strategy_key: str) -> list[str]:
+    """``use_remove_padding=True`` on a Megatron model: refused. megatron-core 0.16.1's DotProductAttention asserts
+    packed_seq_params is None; packing needs TransformerEngine's attention, which is CUDA-only."""
+    if not _get(config, f"{model_key}.use_remove_padding"):
+        return []
+    return [
+        f"{model_key}.use_remove_padding=True with {strategy_key}=megatron: the Megatron engine runs padded micro "
+        "batches (it builds megatron-core's local layer spec, whose attention takes no packed sequences); set it "
+        "False (the padded forward gives the same values; ppo_megatron_trainer.yaml does) or use strategy=fsdp2"
+    ]
+
+
 def _check_settings(config, key: str, n_gpus: int, trainable: bool) -> list[str]:
     from verl.workers.engine.megatron.settings import check_megatron_settings, megatron_settings
 
@@ -85,6 +97,7 @@ def _check_policy(config, n_gpus: int) -> list[str]:
     problems = []
     if (_get(config, "actor_rollout_ref.model.lora_rank") or 0) > 0:
         problems.append("actor_rollout_ref.model.lora_rank > 0 with strategy=megatron: LoRA is FSDP-only; set it to 0")
+    problems += _packing_problem(config, "actor_rollout_ref.model", "actor_rollout_ref.actor.strategy")
     if _get(config, "actor_rollout_ref.model.use_fused_kernels"):
         problems.append(
             "actor_rollout_ref.model.use_fused_kernels=True is an FSDP-engine option; set it to False with megatron"
@@ -99,16 +112,7 @@ def _check_policy(config, n_gpus: int) -> list[str]:
 def _check_value_role(config, key: str, n_gpus: int) -> list[str]:
     """The problems of a Megatron critic (``key="critic"``) or reward model (``"reward_model"``), beside an actor of
     either strategy and at parallel sizes of its own."""
-    problems = _check_ulysses(config, key)
-    if key == "reward_model" and _get(config, "reward_model.model.use_remove_padding"):
-        # megatron-core 0.16.1's DotProductAttention asserts packed_seq_params is None; packing needs
-        # TransformerEngine's attention, which is CUDA-only
-        problems.append(
-            "reward_model.model.use_remove_padding=True with reward_model.strategy=megatron: the Megatron engine "
-            "scores padded micro batches (it builds megatron-core's local layer spec, whose attention takes no "
-            "packed sequences); set it False (the padded forward gives the same scores) or use "
-            "reward_model.strategy=fsdp2"
-        )
+    problems = _check_ulysses(config, key) + _packing_problem(config, f"{key}.model", f"{key}.strategy")
     if (_get(config, f"{key}.model.lora_rank") or 0) > 0:
         problems.append(f"{key}.model.lora_rank > 0 with strategy=megatron: LoRA is FSDP-only; set it to 0")
     return problems + _check_settings(config, key, n_gpus, trainable=key == "critic")

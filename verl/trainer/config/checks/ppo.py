@@ -680,6 +680,29 @@ _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
 )
 
 
+# keys verl 0.9 leaves without a default (`???`), with what a user sets there
+REQUIRED_KEYS = {
+    "actor_rollout_ref.rollout.name": "the rollout engine: hf or vllm (verl v0.4.1 defaulted to vllm)",
+}
+
+
+def _check_required(config) -> None:
+    """A key verl 0.9 requires and the command line left unset fails first and alone, naming what to set."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(config, DictConfig):
+        missing = sorted(OmegaConf.missing_keys(config))
+    else:  # a typed config keeps Hydra's mark as the value
+        missing = [key for key in REQUIRED_KEYS if _get(config, key) == "???"]
+    if missing:
+        raise_config_errors(
+            [
+                f"{key} is required and not set; set {key}=<value>: {REQUIRED_KEYS.get(key, 'no default')}"
+                for key in missing
+            ]
+        )
+
+
 def check_ppo_config(
     config,
     *,
@@ -696,6 +719,7 @@ def check_ppo_config(
     """
     from verl.trainer.config import PPOConfig
 
+    _check_required(config)
     try:
         config = PPOConfig.from_config(config)
     except TypeError as exc:
