@@ -12,7 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CHANGED_DEFAULTS", "ChangedDefault", "changed_defaults_in_effect", "changed_defaults_line"]
+__all__ = [
+    "CHANGED_DEFAULTS",
+    "KEPT_DEFAULTS",
+    "ChangedDefault",
+    "KeptDefault",
+    "changed_defaults_in_effect",
+    "changed_defaults_line",
+]
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,37 @@ CHANGED_DEFAULTS: tuple[ChangedDefault, ...] = (
     ChangedDefault("actor_rollout_ref.rollout.profiler.ranks", None),
     ChangedDefault("critic.profiler.ranks", None),
     ChangedDefault("reward_model.profiler.ranks", None),
+)
+
+
+@dataclass(frozen=True)
+class KeptDefault:
+    """A key whose default here differs from verl 0.9's on purpose: ``verl`` is 0.9's value, ``why`` the reason."""
+
+    key: str
+    verl: Any
+    why: str
+
+
+KEPT_DEFAULTS: tuple[KeptDefault, ...] = (
+    KeptDefault(
+        "actor_rollout_ref.rollout.mode",
+        "async",
+        "sync (v0.4.1's): agent loops do not pass a vision-language model's images yet, so async by default would "
+        "refuse every VLM run; async (agent loops, HF or vLLM) runs when asked for",
+    ),
+    KeptDefault(
+        "actor_rollout_ref.rollout.enforce_eager",
+        False,
+        "True (v0.4.1's): with free_cache_engine=True (the default) the engine's memory is released between "
+        "generations, which captured CUDA graphs cannot survive here; the config check refuses that pair",
+    ),
+    KeptDefault(
+        "data.dataloader_num_workers",
+        8,
+        "0 (v0.4.1's code default): rows are read in the driver process, which holds Ray and torch state that "
+        "8 forked loader processes would copy",
+    ),
 )
 
 
