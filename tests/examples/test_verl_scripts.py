@@ -416,13 +416,21 @@ def test_verl_script_passes_main_ppos_check(script, ws):
         pytest.fail(f"{script} passes now: remove it from KNOWN_GAPS")
 
 
-RUN_SCRIPT = "examples/grpo_trainer/run_qwen2-7b.sh@3f388066192c138aa19338f49accbe8bb9f72f33"
+# a sample of the scripts that pass, one per kind of run: GRPO with a KL loss, PPO with a critic (GAE), REINFORCE++
+RUN_SCRIPTS = {
+    "examples/grpo_trainer/run_qwen2-7b.sh@3f388066192c138aa19338f49accbe8bb9f72f33": "grpo",
+    "examples/ppo_trainer/run_qwen2.5-32b.sh@553db8a6d35002733171e9faf270afccc3d43e6a": "gae",
+    "examples/reinforce_plus_plus_trainer/run_qwen2-7b_math_rf.sh@3f388066192c138aa19338f49accbe8bb9f72f33": (
+        "reinforce_plus_plus"
+    ),
+}
 
 
 @pytest.mark.slow
-def test_verl_grpo_script_trains_two_steps_scaled_down(ws):
-    """verl's GRPO example, scaled down, trains 2 steps: on the in-process worker group (one CPU worker, no Ray) and
-    the HF rollout, the cheapest run of the same config (vLLM keeps process-wide state, so its runs have their own
+@pytest.mark.parametrize("script", sorted(RUN_SCRIPTS), ids=lambda s: s.split("@")[0].split("/", 1)[1])
+def test_verl_script_trains_two_steps_scaled_down(ws, script, tmp_path):
+    """verl's examples, scaled down, train 2 steps: on the in-process worker group (one CPU worker, no Ray) and the
+    HF rollout, the cheapest run of the same config (vLLM keeps process-wide state, so its runs have their own
     processes: tests/trainer/test_vllm_grpo_e2e.py)."""
     import math
 
@@ -430,9 +438,12 @@ def test_verl_grpo_script_trains_two_steps_scaled_down(ws):
 
     from tests.trainer.ppo_e2e_utils import build_inprocess, compose_config
 
-    assert RUN_SCRIPT not in KNOWN_GAPS
-    config = compose_config(command_line(RUN_SCRIPT, ws, workers=1, engine="hf"))
-    assert config.algorithm.adv_estimator == "grpo" and config.actor_rollout_ref.actor.use_kl_loss  # as verl's script
+    assert script not in KNOWN_GAPS
+    # each run its own checkpoint folder: the workspace's is shared, and a run would resume from the one before
+    config = compose_config(
+        command_line(script, ws, workers=1, engine="hf") + [f"trainer.default_local_dir={tmp_path}"]
+    )
+    assert config.algorithm.adv_estimator == RUN_SCRIPTS[script]  # as verl's script
     trainer = build_inprocess(config)
     try:
         trainer.init_workers()
@@ -443,7 +454,10 @@ def test_verl_grpo_script_trains_two_steps_scaled_down(ws):
     assert [int(m["training/global_step"]) for m in trainer.steps] == [1, 2]
     for metrics in trainer.steps:
         assert metrics["response_length/max"] <= RESPONSE_LEN
-        for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "critic/score/mean"):
+        keys = ["actor/pg_loss", "actor/grad_norm", "critic/score/mean"]
+        keys += ["actor/kl_loss"] if config.actor_rollout_ref.actor.use_kl_loss else []
+        keys += ["critic/vf_loss"] if RUN_SCRIPTS[script] == "gae" else []
+        for key in keys:
             assert math.isfinite(metrics[key]), (key, metrics.get(key))
     assert trainer.validations, "verl's script validates before training (trainer.val_before_train defaults True)"
 

@@ -113,3 +113,13 @@ def _missing_or_different(expected: dict, built: dict, prefix: str = "") -> list
         elif built[key] != value:
             problems.append(f"{prefix}{key}: {built[key]!r} != YAML {value!r}")
     return problems
+
+
+# every config name an entry point composes (verl 0.9's names; sft_trainer, generation and evaluation keep v0.4's)
+CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer", "sft_trainer", "generation", "evaluation")
+
+
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+def test_every_config_name_composes(name):
+    composed = OmegaConf.to_container(_composed(name), resolve=False)
+    assert len(composed) >= 3 and "defaults" not in composed
