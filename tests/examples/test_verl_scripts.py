@@ -15,7 +15,10 @@ for what it asks, not for its size:
   counts, 2 CPU workers on 1 node, 2 training steps.
 - device: ``trainer.device=cpu``, the console logger, and a rollout engine this machine does not have replaced by one
   it has (vllm where installed and able to serve the model, else hf): the engine is the device's, as on a box
-  without vLLM or SGLang.
+  without vLLM or SGLang. ``model.use_liger`` is a device key too, set False: Liger's kernels are Triton GPU kernels
+  that make the same computation faster, so a CPU run goes without them, as a run on a box without liger-kernel
+  would (main_ppo's check refuses them on CPU, naming the key: tests/trainer/config/checks/test_ppo_checks.py; the
+  GPU path is tests/workers/engine/fsdp/test_liger.py and test_fsdp_workers_on_gpu.py).
 
 A key not in these lists passes through untouched. ``KNOWN_GAPS`` records, per script, a part of the message of
 today's failure; the test asserts it still fails so, so that a closed gap (or a new failure) shows.
@@ -71,7 +74,7 @@ KNOWN_GAPS: dict[str, str] = {
     ),
     # values main_ppo's check refuses
     "examples/grpo_trainer/run_qwen3-1.7b.sh@7663ce50eb768b7d35e6c64dc0be4235a1aa4151": (
-        "actor_rollout_ref.model.use_liger=True: the Liger kernels are applied only by the SFT trainer here"
+        "actor_rollout_ref.model.fused_kernel_options.impl_backend='triton': only the 'torch' backend"
     ),
     "examples/ppo_trainer/run_qwen2-7b_rm_seq_balance_fused_kernels.sh@018ee1404c4e29f09409f8375ef2ab5114f5efd9": (
         "reward_model.model.use_fused_kernels=True is not implemented in the reward-model worker"
@@ -203,6 +206,8 @@ def scale_down(overrides: list[str], ws: dict, workers: int = WORKERS, engine: s
             return min(_int(value), 2)
         if key.endswith("rollout.name"):
             return engine or _rollout_engine(value, vlm)
+        if leaf == "use_liger":
+            return False
         if leaf in _MICRO_BATCH_KEYS:
             return MICRO_BATCH_PER_WORKER * (1 if leaf.endswith("_per_gpu") else workers)
         if leaf in _TOKEN_BUDGET_KEYS or leaf == "max_num_batched_tokens":
@@ -367,7 +372,7 @@ def test_scale_down_changes_only_size_path_and_device_keys(ws):
     touched = re.compile(
         r"(^data\.(train_batch_size|val_batch_size|gen_batch_size|max_prompt_length|max_response_length|"
         r"filter_overlong_prompts_workers|dataloader_num_workers|train_files|val_files)$)"
-        r"|(rollout\.(n|name|prompt_length|response_length)$|val_kwargs\.n$|model\.(path|input_tokenizer)$)"
+        r"|(rollout\.(n|name|prompt_length|response_length)$|val_kwargs\.n$|model\.(path|input_tokenizer|use_liger)$)"
         r"|(\.(ppo_mini_batch_size|num_workers|"
         + "|".join((*_MICRO_BATCH_KEYS, *_TOKEN_BUDGET_KEYS, *_ONE_WAY_PARALLEL_KEYS))
         + r"|max_num_batched_tokens|max_model_len|max_num_seqs|gpu_memory_utilization|ulysses_sequence_parallel_size|"

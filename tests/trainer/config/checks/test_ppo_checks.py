@@ -517,7 +517,7 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
         ),
         (
             {"actor_rollout_ref__model__use_liger": True},
-            "use_liger=True: the Liger kernels are applied only by the SFT",
+            "use_liger=True with trainer.device=cpu: Liger's kernels are Triton GPU kernels and do not run on CPU",
         ),
         (
             {
@@ -568,6 +568,35 @@ def test_lora_is_accepted_with_both_rollouts(base_cfg, tmp_path):
         )
         lora_vllm = {"actor_rollout_ref__model__lora_rank": 8, "actor_rollout_ref__rollout__name": "vllm"}
         check_ppo_config(_with(base_cfg, actor_rollout_ref__model__path=str(tmp_path), **lora_vllm))
+
+
+@pytest.mark.parametrize(
+    "import_error, expected",
+    [
+        (None, None),
+        ("liger_kernel", "the liger-kernel package is not installed"),
+        ("triton", "liger-kernel is installed but cannot be imported"),
+    ],
+    ids=["importable", "not_installed", "broken_install"],
+)
+def test_liger_on_an_accelerator_is_accepted_where_the_package_imports(base_cfg, monkeypatch, import_error, expected):
+    """On a GPU the engine applies Liger's kernels (tests/workers/engine/fsdp/test_liger.py); the check refuses the
+    key only where the package cannot be imported, and says it is a speed option."""
+    import verl.models.transformers.liger as liger
+
+    def patch_function():
+        if import_error is not None:
+            raise ImportError(f"No module named {import_error!r}", name=import_error)
+        return (lambda model, **options: None), {"qwen2": None}
+
+    monkeypatch.setattr(liger, "_liger_patch_function", patch_function)
+    cfg = _with(base_cfg, actor_rollout_ref__model__use_liger=True, trainer__device="cuda")
+    if expected is None:
+        check_ppo_config(cfg, check_device=False)
+        return
+    with pytest.raises(ConfigError, match=f"use_liger=True with trainer.device=cuda: {expected}") as info:
+        check_ppo_config(cfg, check_device=False)
+    assert "set actor_rollout_ref.model.use_liger=False to train without them" in str(info.value)
 
 
 def test_torch_compile_without_a_cxx_compiler_is_refused(base_cfg, monkeypatch):
@@ -682,10 +711,11 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2 must divide the model's routed experts "
             "(0; a dense model has none",
         ),
+        ({"actor_rollout_ref__model__use_liger": True}, "actor_rollout_ref.model.use_liger=True is an FSDP-engine"),
     ],
     ids=[
         *("rm-dist-ckpt", "cp"),
-        *("cuda", "ulysses", "layers", "vpp-without-pp", "ep-dist-opt", "ep-dense"),
+        *("cuda", "ulysses", "layers", "vpp-without-pp", "ep-dist-opt", "ep-dense", "liger"),
     ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
