@@ -77,7 +77,7 @@ KNOWN_GAPS: dict[str, str] = {
         "actor_rollout_ref.model.fused_kernel_options.impl_backend='triton': only the 'torch' backend"
     ),
     "examples/ppo_trainer/run_qwen2-7b_rm_seq_balance_fused_kernels.sh@018ee1404c4e29f09409f8375ef2ab5114f5efd9": (
-        "reward_model.model.use_fused_kernels=True is not implemented in the reward-model worker"
+        "actor_rollout_ref.model.fused_kernel_options.impl_backend='triton': only the 'torch' backend"
     ),
     "examples/ppo_trainer/run_qwen2.5-0.5b.sh@6c9e44e6acc9fa924999133b8b4c4e0aa9c5daf5": (
         "actor_rollout_ref.actor: set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"

@@ -799,7 +799,8 @@ def test_megatron_roles_at_their_own_sizes_and_beside_fsdp_are_accepted(base_cfg
 
 def test_reward_model_packing_is_accepted_where_the_engine_packs(base_cfg):
     """``reward_model.model.use_remove_padding=True`` runs the FSDP engine's packed forward; Ulysses for the reward
-    model, packed or not, and packing under the Megatron engine are still refused, each by its key."""
+    model, packed or not, and packing under the Megatron engine are still refused, each by its key. The policy's
+    ``use_fused_kernels=True``, which the reward model's key follows, is accepted beside it."""
     rm = {
         "reward_model__enable": True,
         "reward_model__model__path": base_cfg.critic.model.path,
@@ -808,8 +809,10 @@ def test_reward_model_packing_is_accepted_where_the_engine_packs(base_cfg):
     }
     check_ppo_config(_with(base_cfg, **rm))
     check_ppo_config(_with(base_cfg, **rm, reward_model__strategy="fsdp2"))
-    with pytest.raises(ConfigError, match="reward_model.model.use_fused_kernels=True is not implemented"):
-        check_ppo_config(_with(base_cfg, **rm, reward_model__model__use_fused_kernels=True))
+    # no vocabulary to fuse in a score head: accepted, as it follows the policy's switch (its scores are unchanged:
+    # tests/workers/roles/test_reward_model.py::test_fused_kernels_leave_the_scores_alone)
+    check_ppo_config(_with(base_cfg, **rm, actor_rollout_ref__model__use_fused_kernels=True))
+    check_ppo_config(_with(base_cfg, **rm, reward_model__model__use_fused_kernels=True))
     unpacked_sp = {**rm, "reward_model__model__use_remove_padding": False}
     with pytest.raises(
         ConfigError, match="reward_model.ulysses_sequence_parallel_size=2 > 1 needs reward_model.model.use_remove_pad"

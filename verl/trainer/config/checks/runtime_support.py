@@ -39,11 +39,6 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "sequence parallelism is not implemented in the reward-model worker (actor, ref and critic have it); "
             "use 1"
         )
-    if use_rm and config.reward_model.model.use_fused_kernels:
-        raise ConfigError(
-            "reward_model.model.use_fused_kernels=True is not implemented in the reward-model worker (a score head "
-            "has no vocabulary for a fused log-prob head to save); set it False"
-        )
     models = [("actor_rollout_ref.model", arr.model, arr.actor.strategy)]
     models += [("critic.model", config.critic.model, config.critic.strategy)] if use_critic else []
     for key, model, strategy in models:
