@@ -85,9 +85,6 @@ KNOWN_GAPS: dict[str, str] = {
     "examples/ppo_trainer/run_qwen2.5-3b_rm_reward_loop_colocate.sh@9c6609ad652fc2244087b1f2aef5a06ddec808d5": (
         "reward_model.rollout.* is read only when the reward model is served"
     ),
-    "examples/rollout_correction/run_with_rollout_corr_multi_rs.sh@83e82cdd7777d7ad85505ecab2c3fd616e6425dc": (
-        "needs actor_rollout_ref.rollout.n > 1 (got n=1)"
-    ),
     # files of verl's checkout this repository does not ship
     "examples/sglang_multiturn/geo3k/run_qwen2.5-3b_geo3k_multiturn.sh@93165b43c06b8fa0f9bbdfbf7d2c0304e4fcf598": (
         "examples/sglang_multiturn/config/tool_config/geo3k_tool_config.yaml' does not exist"

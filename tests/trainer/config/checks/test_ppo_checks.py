@@ -105,6 +105,33 @@ def test_valid_config_passes(base_cfg):
     )
 
 
+@pytest.mark.parametrize(
+    "estimator, advantage",
+    [
+        ("grpo", "the response's score (divided by 1 + epsilon"),
+        ("rloo", "the response's score. Set"),
+        ("opo", "the response's score. Set"),
+        ("gpg", "the response's score times the batch's gradient correction"),
+        ("reinforce_plus_plus_baseline", "the response's score whitened over the batch"),
+    ],
+)
+def test_a_group_estimator_with_one_response_per_prompt_warns_and_runs(base_cfg, caplog, estimator, advantage):
+    """verl runs a group estimator at rollout.n=1: a group of one has mean 0 (std 1), so the advantage is the score
+    itself (tests/trainer/ppo/test_core_algos.py::test_groups_of_one_give_the_score_as_the_advantage). The check lets
+    it run and says what the run learns from."""
+    gpg_loss = {"actor_rollout_ref__actor__policy_loss__loss_mode": "gpg"} if estimator == "gpg" else {}
+    with caplog.at_level("WARNING", logger="verl.trainer.config.checks.ppo"):
+        check_ppo_config(_with(base_cfg, algorithm__adv_estimator=estimator, **gpg_loss))
+    assert f"algorithm.adv_estimator={estimator!r} with actor_rollout_ref.rollout.n=1" in caplog.text
+    assert f"as in verl, the advantage is {advantage}" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="verl.trainer.config.checks.ppo"):
+        check_ppo_config(
+            _with(base_cfg, algorithm__adv_estimator=estimator, actor_rollout_ref__rollout__n=2, **gpg_loss)
+        )
+    assert "rollout.n=" not in caplog.text
+
+
 # (updates, substrings that the message must contain: the key and the offending value or expectation)
 BAD = {
     "derived_actor_key": (
@@ -138,9 +165,10 @@ BAD = {
         {"actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": 3},
         ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "per-rank mini batch"],
     ),
-    "grpo_needs_n": ({"algorithm__adv_estimator": "grpo"}, ["algorithm.adv_estimator='grpo'", "rollout.n > 1"]),
-    "rloo_needs_n": ({"algorithm__adv_estimator": "rloo"}, ["'rloo'", "n=1"]),
-    "gpg_needs_n": ({"algorithm__adv_estimator": "gpg"}, ["'gpg'", "n=1"]),
+    "grpo_passk_needs_n": (
+        {"algorithm__adv_estimator": "grpo_passk"},
+        ["algorithm.adv_estimator='grpo_passk'", "rollout.n > 1 (got n=1)"],
+    ),
     "unknown_estimator": ({"algorithm__adv_estimator": "ppo2"}, ["algorithm.adv_estimator='ppo2'", "expected"]),
     "rollout_name": ({"actor_rollout_ref__rollout__name": "trt"}, ["actor_rollout_ref.rollout.name='trt'"]),
     "strategy": ({"actor_rollout_ref__actor__strategy": "deepspeed"}, ["actor_rollout_ref.actor.strategy='deepspeed'"]),
