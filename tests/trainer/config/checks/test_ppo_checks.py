@@ -156,6 +156,17 @@ BAD = {
         ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "both"],
     ),
     "critic_micro_null": ({"critic__ppo_micro_batch_size_per_gpu": None}, ["critic.ppo_micro_batch_size_per_gpu"]),
+    "actor_micro_null": (
+        {"actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": None},
+        ["actor_rollout_ref.actor: set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "both"],
+    ),
+    "ref_micro_null": (
+        {
+            "actor_rollout_ref__actor__use_kl_loss": True,
+            "actor_rollout_ref__ref__log_prob_micro_batch_size_per_gpu": None,
+        },
+        ["actor_rollout_ref.ref: set actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "both"],
+    ),
     "batch_not_divisible": ({"data__train_batch_size": 7}, ["data.train_batch_size", "7", "divisible by 2"]),
     "mini_larger_than_batch": (
         {"actor_rollout_ref__actor__ppo_mini_batch_size": 16},
@@ -210,6 +221,20 @@ BAD = {
     ),
     "custom_reward_missing": ({"custom_reward_function__path": "/nope/reward.py"}, ["custom_reward_function.path"]),
 }
+
+
+def test_null_micro_batches_are_accepted_with_dynamic_batching(base_cfg):
+    """verl 0.9 asks for a micro batch only where use_dynamic_bsz is off (ActorConfig / CriticConfig and its
+    validate_config refuse both keys null otherwise, as BAD's *_micro_null cases do here): with token budgets instead,
+    no micro batch is needed."""
+    null_micro = {
+        "actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": None,
+        "actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu": None,
+        "actor_rollout_ref__ref__log_prob_micro_batch_size_per_gpu": None,
+        "critic__ppo_micro_batch_size_per_gpu": None,
+    }
+    dynamic = {"actor_rollout_ref__actor__use_dynamic_bsz": True, "critic__use_dynamic_bsz": True}
+    check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__use_kl_loss=True, **null_micro, **dynamic))
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
