@@ -46,6 +46,9 @@ SHIPPED_AS = {
     "examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml": (
         "examples/multiturn/config/tool_config/gsm8k_tool_config.yaml"
     ),
+    "examples/sglang_multiturn/config/tool_config/geo3k_tool_config.yaml": (
+        "examples/multiturn/config/tool_config/geo3k_tool_config.yaml"
+    ),
 }
 
 # script -> a part of the message composition or main_ppo's check fails with today (the first problem only: run this
@@ -82,10 +85,6 @@ KNOWN_GAPS: dict[str, str] = {
     ),
     "examples/ppo_trainer/run_qwen2.5-3b_rm_reward_loop_colocate.sh@9c6609ad652fc2244087b1f2aef5a06ddec808d5": (
         "reward_model.rollout.* is read only when the reward model is served"
-    ),
-    # files of verl's checkout this repository does not ship
-    "examples/sglang_multiturn/geo3k/run_qwen2.5-3b_geo3k_multiturn.sh@93165b43c06b8fa0f9bbdfbf7d2c0304e4fcf598": (
-        "examples/sglang_multiturn/config/tool_config/geo3k_tool_config.yaml' does not exist"
     ),
 }
 
@@ -300,8 +299,9 @@ def _data_file(ws: dict, name: str, prompt_key: str) -> str:
 
 
 def _write_text_parquet(path: str, rows: int, seed: int) -> str:
-    """gsm8k-like rows (``make_gsm8k_like_parquet``) that also carry what verl's multi-turn gsm8k data has in
-    ``extra_info``: the ``calc_gsm8k_reward`` tool's create kwargs and the gsm8k interaction's kwargs."""
+    """gsm8k-like rows (``make_gsm8k_like_parquet``) that also carry what verl's multi-turn data has in
+    ``extra_info``: the create kwargs of the ``calc_gsm8k_reward`` and ``calc_geo3k_reward`` tools and the gsm8k
+    interaction's kwargs."""
     import pandas as pd
 
     from tests.trainer.ppo_e2e_utils import make_gsm8k_like_parquet
@@ -312,7 +312,9 @@ def _write_text_parquet(path: str, rows: int, seed: int) -> str:
         {
             **extra,
             "need_tools_kwargs": True,
-            "tools_kwargs": {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": truth}}},
+            "tools_kwargs": {
+                name: {"create_kwargs": {"ground_truth": truth}} for name in ("calc_gsm8k_reward", "calc_geo3k_reward")
+            },
             "interaction_kwargs": {"name": "gsm8k", "query": prompt[0]["content"], "ground_truth": truth},
         }
         for extra, prompt, truth in zip(frame["extra_info"], frame["prompt"], truths, strict=True)
