@@ -72,8 +72,6 @@ NOT_READ_HERE: dict[str, str] = {
     "data.custom_cls.name": "with data.custom_cls.path (test_rl_dataset::test_create_rl_dataset_custom_cls)",
     "actor_rollout_ref.model.enable_activation_offload": _REFUSED,
     "critic.model.enable_activation_offload": _REFUSED,
-    "actor_rollout_ref.model.use_liger": "on an accelerator with liger-kernel importable (tests/workers/engine/fsdp/"
-    "test_liger.py, test_fsdp_workers_on_gpu.py::test_liger_kernels_train_the_same_model); " + _REFUSED,
     "actor_rollout_ref.model.fused_kernel_options.impl_backend": "with model.use_fused_kernels=True: 'torch' is "
     "the backend built, others refused (checks.runtime_support; test_ppo_checks)",
     "actor_rollout_ref.model.lora_alpha": _LORA,
