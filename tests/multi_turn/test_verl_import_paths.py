@@ -19,6 +19,8 @@ PATHS = {
     "verl.tools.base_tool": "verl.multi_turn.tools.base_tool",
     "verl.tools.schemas": "verl.multi_turn.tools.schemas",
     "verl.tools.gsm8k_tool": "verl.multi_turn.tools.gsm8k_tool",
+    "verl.tools.geo3k_tool": "verl.multi_turn.tools.geo3k_tool",
+    "verl.tools.answer_check_tool": "verl.multi_turn.tools.answer_check_tool",  # ours, under verl's prefix too
     "verl.tools.code_interpreter_tool": "verl.multi_turn.tools.code_interpreter_tool",
     "verl.tools.sandbox_fusion_tools": "verl.multi_turn.tools.sandbox_fusion_tools",
     "verl.tools.search_tool": "verl.multi_turn.tools.search_tool",

@@ -16,7 +16,7 @@ BAD = [
     (["data.train_files=/nonexistent/train.parquet"], "data.train_files"),
     (["data.val_files=/nonexistent/val.parquet"], "data.val_files"),
     (["actor_rollout_ref.model.path=/nonexistent/model"], "actor_rollout_ref.model.path"),
-    (["actor_rollout_ref.rollout.n=1"], "actor_rollout_ref.rollout.n"),
+    (["algorithm.adv_estimator=grpo_passk", "actor_rollout_ref.rollout.n=1"], "actor_rollout_ref.rollout.n > 1"),
     (["algorithm.adv_estimator=not_an_estimator"], "algorithm.adv_estimator"),
     (["data.train_batch_size=3"], "train_batch_size"),
     (["actor_rollout_ref.actor.ppo_mini_batch_size=3"], "ppo_mini_batch_size"),

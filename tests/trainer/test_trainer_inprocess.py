@@ -90,6 +90,29 @@ def test_every_estimator_one_step(workspace, estimator):
         assert "timing_s/gen_max" in metrics
 
 
+class AdvantageCapturingTrainer(RecordingTrainer):
+    """Keeps each step's batch as the estimator left it."""
+
+    def _compute_advantage(self, batch, reward, metrics):
+        batch = super()._compute_advantage(batch, reward, metrics)
+        self.with_advantages = batch
+        return batch
+
+
+def test_grpo_with_one_response_per_prompt_trains_on_each_score(workspace):
+    """GRPO at rollout.n=1 (verl's rollout-correction examples run so): the config check lets it run with a
+    warning, and every response's advantage is its own score over 1 + eps (a group of one: mean 0, std 1)."""
+    config = single_process_config(workspace, "grpo", ["actor_rollout_ref.rollout.n=1"])
+    trainer, before, after = run_one_step(config, AdvantageCapturingTrainer)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    batch = trainer.with_advantages.batch
+    assert len(set(trainer.with_advantages.non_tensor_batch["uid"])) == len(batch["advantages"])  # groups of one
+    mask = batch["response_mask"].bool()
+    scores = batch["token_level_rewards"].sum(-1, keepdim=True).expand_as(mask)
+    assert scores[mask].abs().max() > 0, "every score was 0: the comparison would prove nothing"
+    torch.testing.assert_close(batch["advantages"][mask], (scores / (1 + 1e-6))[mask])
+
+
 @pytest.mark.parametrize(
     ("loss_mode", "extra"),
     [

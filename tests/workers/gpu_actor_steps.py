@@ -8,6 +8,8 @@
 * ``--mode save``: one update, save a checkpoint to ``--ckpt``, then a second update;
 * ``--mode resume``: load ``--ckpt`` (unless ``--no-load``), then the second update.
 
+``--liger`` builds the actor with Liger's kernels (``actor_rollout_ref.model.use_liger=True``).
+
 Each run is its own process so that a CPU reference (``CUDA_VISIBLE_DEVICES=""``) and a device run, FSDP1 and FSDP2,
 never share a process group. The results (CPU tensors and floats) are written with ``torch.save`` to ``--out``.
 """
@@ -75,6 +77,8 @@ def worker_config(args):
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         f"data.max_response_length={RESPONSE_LEN}",
     ]
+    if getattr(args, "liger", False):
+        overrides.append("actor_rollout_ref.model.use_liger=True")
     if args.param_dtype:
         overrides.append(f"actor_rollout_ref.actor.fsdp_config.mixed_precision={{param_dtype: {args.param_dtype}}}")
     return compose_config(overrides).actor_rollout_ref
@@ -147,6 +151,7 @@ def main(argv=None) -> None:
     parser.add_argument("--ckpt", default=None)
     parser.add_argument("--no-load", action="store_true", help="--mode resume without loading (the control run)")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--liger", action="store_true", help="actor_rollout_ref.model.use_liger=True")
     args = parser.parse_args(argv)
 
     from verl.utils.device import get_device_name
@@ -156,6 +161,8 @@ def main(argv=None) -> None:
     first, second = rollout_batch(len(worker.tokenizer), seed=1), rollout_batch(len(worker.tokenizer), seed=2)
     result: dict = {"device": get_device_name(), "vocab": vocab, "response_mask": first.batch["response_mask"]}
     if args.mode == "step":
+        # the class names the actor's modules report (Liger renames the ones it patches, e.g. LigerRMSNorm)
+        result["module_names"] = sorted({m._get_name() for m in worker.actor_module.modules()})
         result["after_init"] = where_state_lives(worker)
         result["log_probs_before"] = log_probs(worker, first)
         result["between_calls"] = where_state_lives(worker)

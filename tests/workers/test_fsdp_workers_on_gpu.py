@@ -9,6 +9,8 @@ Tolerances, on the response tokens of an 8-sequence batch of a random 2-layer Qw
   (bf16 keeps 8 mantissa bits: ~0.4% of a log-prob of about -5.6; measured on CPU bf16: mean 0.001, max 0.005);
 * the change one update makes to the log-probs (mean |change| ~0.5): cosine(device, CPU) >= 0.98;
 * the update's grad norm: relative difference <= 5%;
+* Liger's kernels on vs off (both bf16 on the device): the same tolerances as bf16 vs fp32, since Liger computes
+  RMSNorm, rotary embedding and SwiGLU in other kernels with their own rounding;
 * offload on vs off, and a resumed run vs the uninterrupted one: max |diff| <= 1e-3 (the same arithmetic on the
   same device; only atomics in backward kernels may reorder sums), while a run that did not load the checkpoint
   differs by more than 0.05.
@@ -18,6 +20,7 @@ import pytest
 import torch
 
 from tests.workers.gpu_actor_steps import run_steps
+from verl.models.transformers.liger import liger_unavailable_reason
 from verl.utils.device import get_device_name, is_accelerator_available
 
 ON_DEVICE = is_accelerator_available()
@@ -67,6 +70,23 @@ def test_bf16_update_matches_fp32_on_cpu(strategy, model_dir, cpu_fp32, tmp_path
     assert cosine >= 0.98, f"{strategy}: the bf16 update moved the log-probs differently (cosine {cosine:.4f})"
     norm_dev, norm_cpu = got["metrics"]["actor/grad_norm"][0], cpu_fp32["metrics"]["actor/grad_norm"][0]
     assert abs(norm_dev - norm_cpu) <= 0.05 * norm_cpu, (strategy, norm_dev, norm_cpu)
+
+
+@pytest.mark.skipif(
+    liger_unavailable_reason(get_device_name()) is not None,
+    reason=f"Liger's kernels cannot run here: {liger_unavailable_reason(get_device_name())}",
+)
+def test_liger_kernels_train_the_same_model(model_dir, tmp_path):
+    """``actor_rollout_ref.model.use_liger=True`` patches the actor (Liger's modules are in it) and changes neither
+    its log-probs nor its update beyond bf16 rounding."""
+    plain = run_steps(str(tmp_path / "plain.pt"), "--model", model_dir, "--param-dtype", "bf16")
+    liger = run_steps(str(tmp_path / "liger.pt"), "--model", model_dir, "--param-dtype", "bf16", "--liger")
+    assert any(name.startswith("Liger") for name in liger["module_names"]), liger["module_names"]
+    assert not any(name.startswith("Liger") for name in plain["module_names"])
+    for key in ("log_probs_before", "log_probs_after"):
+        _close(_response(liger, key), _response(plain, key), 0.02, 0.1, f"Liger vs plain {key}")
+    norms = (liger["metrics"]["actor/grad_norm"][0], plain["metrics"]["actor/grad_norm"][0])
+    assert abs(norms[0] - norms[1]) <= 0.05 * norms[1], norms
 
 
 def test_param_and_optimizer_offload_round_trip(model_dir, tmp_path):

@@ -239,13 +239,9 @@ class FSDPSFTTrainer:
         self.generation_config = getattr(model, "generation_config", None)
         apply_monkey_patch(model, ulysses_sp_size=self.sp_size, use_remove_padding=self.use_remove_padding)
         if model_cfg.use_liger:
-            try:
-                from liger_kernel.transformers.monkey_patch import _apply_liger_kernel_to_instance
-            except ImportError as e:
-                raise ImportError(
-                    "model.use_liger=True needs the liger-kernel package (pip install liger-kernel)"
-                ) from e
-            _apply_liger_kernel_to_instance(model=model)
+            from verl.models.transformers.liger import apply_liger_kernels
+
+            apply_liger_kernels(model, "model.use_liger", fused_linear_cross_entropy=True)
         self.checkpointing = None
         if model_cfg.enable_gradient_checkpointing:
             self.checkpointing = ActivationCheckpointing(model_cfg.gradient_checkpointing_policy, self.device.type)

@@ -219,6 +219,26 @@ def test_gpg_by_hand():
     assert torch.equal(adv, torch.zeros(2, 2))
 
 
+def test_groups_of_one_give_the_score_as_the_advantage():
+    """rollout.n=1: every uid holds one response. As in verl, a group of one has mean 0 (GRPO: std 1), so each group
+    estimator passes the score through: GRPO over 1 + eps, GPG times bs / #non-zero, REINFORCE++-baseline whitened
+    over the batch."""
+    r = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+    m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    idx = _uids("a", "b", "c", "d")
+    scores = torch.tensor([2.0, 1.0, 0.0, -1.0]).unsqueeze(-1)
+    grpo, _ = core_algos.compute_grpo_outcome_advantage(r, m, idx)
+    assert torch.allclose(grpo, scores / (1 + EPS) * m)
+    for fn in (core_algos.compute_rloo_outcome_advantage, core_algos.compute_opo_outcome_advantage):
+        assert torch.allclose(fn(r, m, idx)[0], scores * m), fn.__name__
+    gpg, _ = core_algos.compute_gpg_outcome_advantage(r, m, idx)
+    assert torch.allclose(gpg, 4 / 3 * scores * m)  # three of four scores are non-zero
+    baseline, _ = core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(r, m, idx)
+    assert torch.allclose(baseline, verl_F.masked_whiten(scores * m, m) * m)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        core_algos.compute_grpo_passk_outcome_advantage(r, m, idx, config={})
+
+
 def test_remax_by_hand():
     r = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0]])
     m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])

@@ -78,3 +78,16 @@ def test_packed_scores_equal_the_padded_ones(rm_path, batching, monkeypatch, no_
     assert torch.count_nonzero(packed) == len(data)
     assert torch.all(packed[rows, last] != 0)
     assert packed[rows, last].std() > 1e-3
+
+
+def test_fused_kernels_leave_the_scores_alone(rm_path, no_process_group_left):
+    """``reward_model.model.use_fused_kernels`` follows the policy's switch; the fused head it names replaces a
+    language-model head's (tokens, vocab) logits, and a score head has no vocabulary: the scores are the same."""
+    data = rollout_batch(vocab=200, seed=5)
+    batching = "reward_model.micro_batch_size_per_gpu=4"
+    plain = _reward_model_group(rm_path, [batching]).compute_rm_score(data).batch["rm_scores"]
+    fused_group = _reward_model_group(rm_path, [batching, "actor_rollout_ref.model.use_fused_kernels=True"])
+    assert fused_group.workers[0].config.model.use_fused_kernels
+    fused = fused_group.compute_rm_score(data).batch["rm_scores"]
+    torch.testing.assert_close(fused, plain, rtol=0, atol=0)
+    assert torch.count_nonzero(plain) == len(data)

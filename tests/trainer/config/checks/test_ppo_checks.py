@@ -105,6 +105,33 @@ def test_valid_config_passes(base_cfg):
     )
 
 
+@pytest.mark.parametrize(
+    "estimator, advantage",
+    [
+        ("grpo", "the response's score (divided by 1 + epsilon"),
+        ("rloo", "the response's score. Set"),
+        ("opo", "the response's score. Set"),
+        ("gpg", "the response's score times the batch's gradient correction"),
+        ("reinforce_plus_plus_baseline", "the response's score whitened over the batch"),
+    ],
+)
+def test_a_group_estimator_with_one_response_per_prompt_warns_and_runs(base_cfg, caplog, estimator, advantage):
+    """verl runs a group estimator at rollout.n=1: a group of one has mean 0 (std 1), so the advantage is the score
+    itself (tests/trainer/ppo/test_core_algos.py::test_groups_of_one_give_the_score_as_the_advantage). The check lets
+    it run and says what the run learns from."""
+    gpg_loss = {"actor_rollout_ref__actor__policy_loss__loss_mode": "gpg"} if estimator == "gpg" else {}
+    with caplog.at_level("WARNING", logger="verl.trainer.config.checks.ppo"):
+        check_ppo_config(_with(base_cfg, algorithm__adv_estimator=estimator, **gpg_loss))
+    assert f"algorithm.adv_estimator={estimator!r} with actor_rollout_ref.rollout.n=1" in caplog.text
+    assert f"as in verl, the advantage is {advantage}" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="verl.trainer.config.checks.ppo"):
+        check_ppo_config(
+            _with(base_cfg, algorithm__adv_estimator=estimator, actor_rollout_ref__rollout__n=2, **gpg_loss)
+        )
+    assert "rollout.n=" not in caplog.text
+
+
 # (updates, substrings that the message must contain: the key and the offending value or expectation)
 BAD = {
     "derived_actor_key": (
@@ -129,6 +156,17 @@ BAD = {
         ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "both"],
     ),
     "critic_micro_null": ({"critic__ppo_micro_batch_size_per_gpu": None}, ["critic.ppo_micro_batch_size_per_gpu"]),
+    "actor_micro_null": (
+        {"actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": None},
+        ["actor_rollout_ref.actor: set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "both"],
+    ),
+    "ref_micro_null": (
+        {
+            "actor_rollout_ref__actor__use_kl_loss": True,
+            "actor_rollout_ref__ref__log_prob_micro_batch_size_per_gpu": None,
+        },
+        ["actor_rollout_ref.ref: set actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "both"],
+    ),
     "batch_not_divisible": ({"data__train_batch_size": 7}, ["data.train_batch_size", "7", "divisible by 2"]),
     "mini_larger_than_batch": (
         {"actor_rollout_ref__actor__ppo_mini_batch_size": 16},
@@ -138,9 +176,10 @@ BAD = {
         {"actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": 3},
         ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "per-rank mini batch"],
     ),
-    "grpo_needs_n": ({"algorithm__adv_estimator": "grpo"}, ["algorithm.adv_estimator='grpo'", "rollout.n > 1"]),
-    "rloo_needs_n": ({"algorithm__adv_estimator": "rloo"}, ["'rloo'", "n=1"]),
-    "gpg_needs_n": ({"algorithm__adv_estimator": "gpg"}, ["'gpg'", "n=1"]),
+    "grpo_passk_needs_n": (
+        {"algorithm__adv_estimator": "grpo_passk"},
+        ["algorithm.adv_estimator='grpo_passk'", "rollout.n > 1 (got n=1)"],
+    ),
     "unknown_estimator": ({"algorithm__adv_estimator": "ppo2"}, ["algorithm.adv_estimator='ppo2'", "expected"]),
     "rollout_name": ({"actor_rollout_ref__rollout__name": "trt"}, ["actor_rollout_ref.rollout.name='trt'"]),
     "strategy": ({"actor_rollout_ref__actor__strategy": "deepspeed"}, ["actor_rollout_ref.actor.strategy='deepspeed'"]),
@@ -185,6 +224,20 @@ BAD = {
     ),
     "custom_reward_missing": ({"custom_reward_function__path": "/nope/reward.py"}, ["custom_reward_function.path"]),
 }
+
+
+def test_null_micro_batches_are_accepted_with_dynamic_batching(base_cfg):
+    """verl 0.9 asks for a micro batch only where use_dynamic_bsz is off (ActorConfig / CriticConfig and its
+    validate_config refuse both keys null otherwise, as BAD's *_micro_null cases do here): with token budgets instead,
+    no micro batch is needed."""
+    null_micro = {
+        "actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": None,
+        "actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu": None,
+        "actor_rollout_ref__ref__log_prob_micro_batch_size_per_gpu": None,
+        "critic__ppo_micro_batch_size_per_gpu": None,
+    }
+    dynamic = {"actor_rollout_ref__actor__use_dynamic_bsz": True, "critic__use_dynamic_bsz": True}
+    check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__use_kl_loss=True, **null_micro, **dynamic))
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
@@ -522,7 +575,7 @@ def test_tool_rows_without_the_create_kwargs_a_tool_needs_are_refused(base_cfg, 
         ),
         (
             {"actor_rollout_ref__model__use_liger": True},
-            "use_liger=True: the Liger kernels are applied only by the SFT",
+            "use_liger=True with trainer.device=cpu: Liger's kernels are Triton GPU kernels and do not run on CPU",
         ),
         (
             {
@@ -573,6 +626,35 @@ def test_lora_is_accepted_with_both_rollouts(base_cfg, tmp_path):
         )
         lora_vllm = {"actor_rollout_ref__model__lora_rank": 8, "actor_rollout_ref__rollout__name": "vllm"}
         check_ppo_config(_with(base_cfg, actor_rollout_ref__model__path=str(tmp_path), **lora_vllm))
+
+
+@pytest.mark.parametrize(
+    "import_error, expected",
+    [
+        (None, None),
+        ("liger_kernel", "the liger-kernel package is not installed"),
+        ("triton", "liger-kernel is installed but cannot be imported"),
+    ],
+    ids=["importable", "not_installed", "broken_install"],
+)
+def test_liger_on_an_accelerator_is_accepted_where_the_package_imports(base_cfg, monkeypatch, import_error, expected):
+    """On a GPU the engine applies Liger's kernels (tests/workers/engine/fsdp/test_liger.py); the check refuses the
+    key only where the package cannot be imported, and says it is a speed option."""
+    import verl.models.transformers.liger as liger
+
+    def patch_function():
+        if import_error is not None:
+            raise ImportError(f"No module named {import_error!r}", name=import_error)
+        return (lambda model, **options: None), {"qwen2": None}
+
+    monkeypatch.setattr(liger, "_liger_patch_function", patch_function)
+    cfg = _with(base_cfg, actor_rollout_ref__model__use_liger=True, trainer__device="cuda")
+    if expected is None:
+        check_ppo_config(cfg, check_device=False)
+        return
+    with pytest.raises(ConfigError, match=f"use_liger=True with trainer.device=cuda: {expected}") as info:
+        check_ppo_config(cfg, check_device=False)
+    assert "set actor_rollout_ref.model.use_liger=False to train without them" in str(info.value)
 
 
 def test_torch_compile_without_a_cxx_compiler_is_refused(base_cfg, monkeypatch):
@@ -690,10 +772,11 @@ def test_megatron_grpo_with_the_hf_rollout_is_accepted(base_cfg):
             "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2 must divide the model's routed experts "
             "(0; a dense model has none",
         ),
+        ({"actor_rollout_ref__model__use_liger": True}, "actor_rollout_ref.model.use_liger=True is an FSDP-engine"),
     ],
     ids=[
         *("rm-dist-ckpt", "cp"),
-        *("cuda", "ulysses", "layers", "vpp-without-pp", "ep-dist-opt", "ep-dense"),
+        *("cuda", "ulysses", "layers", "vpp-without-pp", "ep-dist-opt", "ep-dense", "liger"),
     ],
 )
 def test_what_megatron_cannot_do_is_refused_with_the_key(base_cfg, updates, message):
@@ -778,7 +861,8 @@ def test_megatron_roles_at_their_own_sizes_and_beside_fsdp_are_accepted(base_cfg
 
 def test_reward_model_packing_is_accepted_where_the_engine_packs(base_cfg):
     """``reward_model.model.use_remove_padding=True`` runs the FSDP engine's packed forward; Ulysses for the reward
-    model, packed or not, and packing under the Megatron engine are still refused, each by its key."""
+    model, packed or not, and packing under the Megatron engine are still refused, each by its key. The policy's
+    ``use_fused_kernels=True``, which the reward model's key follows, is accepted beside it."""
     rm = {
         "reward_model__enable": True,
         "reward_model__model__path": base_cfg.critic.model.path,
@@ -787,8 +871,10 @@ def test_reward_model_packing_is_accepted_where_the_engine_packs(base_cfg):
     }
     check_ppo_config(_with(base_cfg, **rm))
     check_ppo_config(_with(base_cfg, **rm, reward_model__strategy="fsdp2"))
-    with pytest.raises(ConfigError, match="reward_model.model.use_fused_kernels=True is not implemented"):
-        check_ppo_config(_with(base_cfg, **rm, reward_model__model__use_fused_kernels=True))
+    # no vocabulary to fuse in a score head: accepted, as it follows the policy's switch (its scores are unchanged:
+    # tests/workers/roles/test_reward_model.py::test_fused_kernels_leave_the_scores_alone)
+    check_ppo_config(_with(base_cfg, **rm, actor_rollout_ref__model__use_fused_kernels=True))
+    check_ppo_config(_with(base_cfg, **rm, reward_model__model__use_fused_kernels=True))
     unpacked_sp = {**rm, "reward_model__model__use_remove_padding": False}
     with pytest.raises(
         ConfigError, match="reward_model.ulysses_sequence_parallel_size=2 > 1 needs reward_model.model.use_remove_pad"

@@ -102,6 +102,11 @@ def _check_policy(config, n_gpus: int) -> list[str]:
         problems.append(
             "actor_rollout_ref.model.use_fused_kernels=True is an FSDP-engine option; set it to False with megatron"
         )
+    if _get(config, "actor_rollout_ref.model.use_liger"):
+        problems.append(
+            "actor_rollout_ref.model.use_liger=True is an FSDP-engine option (Liger's kernels patch Hugging Face "
+            "modules, and megatron-core builds its own); set it to False with megatron, it only changes speed"
+        )
     for section in ("actor", "ref"):
         key = f"actor_rollout_ref.{section}"
         problems += _check_ulysses(config, key)

@@ -193,12 +193,40 @@ def _check_estimator(config, ctx: _Context) -> None:
         raise ConfigError(f"algorithm.adv_estimator={estimator!r} is not supported; expected one of {list(known)}")
     n = _positive_int(config, "actor_rollout_ref.rollout.n")
     if (estimator in GROUP_ESTIMATORS or str(estimator).startswith("grpo")) and n < 2:
-        raise ConfigError(
-            f"algorithm.adv_estimator={estimator!r} compares the responses to one prompt, so it needs "
-            f"actor_rollout_ref.rollout.n > 1 (got n={n}); set e.g. actor_rollout_ref.rollout.n=4"
-        )
+        _check_groups_of_one(estimator, n)
     if _get(config, "actor_rollout_ref.actor.use_kl_loss") and _get(config, "algorithm.use_kl_in_reward"):
         logger.warning("both actor.use_kl_loss and algorithm.use_kl_in_reward are on: the KL is penalised twice")
+
+
+# What a group estimator computes when every group holds one response (rollout.n=1), as verl's estimators do: a group
+# of one has mean 0 (and std 1), so nothing is subtracted. grpo_passk credits a group's best response over its second
+# best, which a group of one does not have: it raises, here as in verl.
+_GROUP_OF_ONE_ADVANTAGE = {
+    "grpo": "the response's score (divided by 1 + epsilon when norm_adv_by_std_in_grpo)",
+    "rloo": "the response's score",
+    "opo": "the response's score",
+    "gpg": "the response's score times the batch's gradient correction (responses / responses scoring non-zero)",
+    "reinforce_plus_plus_baseline": "the response's score whitened over the batch (the batch mean as baseline)",
+}
+
+
+def _check_groups_of_one(estimator: str, n: int) -> None:
+    """A group estimator at ``rollout.n`` = ``n`` < 2: refused where the estimator cannot run on groups of one
+    (grpo_passk), else a warning that says what the run will learn from."""
+    if estimator == "grpo_passk":
+        raise ConfigError(
+            f"algorithm.adv_estimator='grpo_passk' credits the best of the responses to one prompt over the second "
+            f"best, so it needs actor_rollout_ref.rollout.n > 1 (got n={n}); set e.g. actor_rollout_ref.rollout.n=4"
+        )
+    advantage = _GROUP_OF_ONE_ADVANTAGE.get(estimator, "what the recipe's estimator computes for a group of one")
+    logger.warning(
+        "algorithm.adv_estimator=%r with actor_rollout_ref.rollout.n=%d: every prompt's group holds one response, so "
+        "no response is compared with another answer to its prompt; as in verl, the advantage is %s. Set "
+        "actor_rollout_ref.rollout.n > 1 for the group-relative advantage",
+        estimator,
+        n,
+        advantage,
+    )
 
 
 def _check_rollout(config, ctx: _Context) -> None:

@@ -39,11 +39,6 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "sequence parallelism is not implemented in the reward-model worker (actor, ref and critic have it); "
             "use 1"
         )
-    if use_rm and config.reward_model.model.use_fused_kernels:
-        raise ConfigError(
-            "reward_model.model.use_fused_kernels=True is not implemented in the reward-model worker (a score head "
-            "has no vocabulary for a fused log-prob head to save); set it False"
-        )
     models = [("actor_rollout_ref.model", arr.model, arr.actor.strategy)]
     models += [("critic.model", config.critic.model, config.critic.strategy)] if use_critic else []
     for key, model, strategy in models:
@@ -55,10 +50,7 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             )
     model = arr.model
     if model.use_liger:
-        raise ConfigError(
-            "actor_rollout_ref.model.use_liger=True: the Liger kernels are applied only by the SFT trainer here; "
-            "set it False for PPO"
-        )
+        _check_liger(config)
     backend = model.fused_kernel_options.impl_backend
     if model.use_fused_kernels and backend != "torch":
         raise ConfigError(
@@ -73,6 +65,28 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
             "actor_rollout_ref.actor.use_torch_compile=True compiles the entropy with torch.compile, which needs a "
             "C++ compiler (g++, c++ or clang++ on PATH, or $CXX) and none was found; install one or set "
             "actor_rollout_ref.actor.use_torch_compile=False"
+        )
+
+
+def _check_liger(config) -> None:
+    """``actor_rollout_ref.model.use_liger=True``: the FSDP engine patches the actor's and reference's model with
+    Liger's kernels where they can run (a GPU, the package importable); elsewhere the key is refused, since turning it
+    off changes only speed and memory."""
+    from verl.models.transformers.liger import liger_unavailable_reason
+    from verl.trainer.config.checks.ppo import resolve_device_name
+
+    key = "actor_rollout_ref.model.use_liger=True"
+    if config.actor_rollout_ref.actor.strategy == "megatron":  # refused by checks.megatron
+        return
+    try:
+        device = resolve_device_name(config.trainer.device)
+    except ConfigError:  # an unknown trainer.device is reported by the device check
+        return
+    reason = liger_unavailable_reason(device)
+    if reason is not None:
+        raise ConfigError(
+            f"{key} with trainer.device={device}: {reason}. The kernels only make the same computation faster and "
+            "lighter on memory; set actor_rollout_ref.model.use_liger=False to train without them"
         )
 
 

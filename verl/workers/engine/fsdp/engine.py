@@ -212,6 +212,7 @@ class FSDPEngine(TrainingEngine):
             mesh_fsdp_size = config.actor.fsdp_config.fsdp_size
             sp_size = config.actor.ulysses_sequence_parallel_size
             lora = model_cfg if trainable and model_cfg.is_lora else None
+            liger_key = "actor_rollout_ref.model.use_liger" if model_cfg.use_liger else None
             cpu_offload = True if role == "ref" else None
             train_section, processing_class = config.actor, files.processor or files.tokenizer
             forward = {
@@ -227,7 +228,7 @@ class FSDPEngine(TrainingEngine):
             trainable, kind, auto_cls, lora_task = True, "value", AutoModelForTokenClassification, "TOKEN_CLS"
             fsdp_config, strategy = model_cfg.fsdp_config, config.strategy
             mesh_fsdp_size, sp_size = fsdp_config.fsdp_size, config.ulysses_sequence_parallel_size
-            lora = model_cfg if model_cfg.is_lora else None
+            lora, liger_key = (model_cfg if model_cfg.is_lora else None), None
             cpu_offload, train_section, processing_class = None, config, files.tokenizer
             forward = {
                 "use_remove_padding": model_cfg.use_remove_padding,
@@ -237,7 +238,7 @@ class FSDPEngine(TrainingEngine):
         elif role == "reward_model":
             trainable, kind, auto_cls, lora_task = False, "score", AutoModelForTokenClassification, "TOKEN_CLS"
             fsdp_config, strategy = model_cfg.fsdp_config, config.strategy
-            mesh_fsdp_size, sp_size, lora, cpu_offload = fsdp_config.fsdp_size, 1, None, True
+            mesh_fsdp_size, sp_size, lora, cpu_offload, liger_key = fsdp_config.fsdp_size, 1, None, True, None
             train_section, processing_class = None, files.tokenizer
             forward = {
                 "use_remove_padding": model_cfg.use_remove_padding,
@@ -263,6 +264,7 @@ class FSDPEngine(TrainingEngine):
             lora_task_type=lora_task,
             cpu_offload=cpu_offload,
             ulysses_sp_size=sp_size,
+            liger_key=liger_key,
         )
         optimizer = lr_scheduler = offload = None
         if trainable:

@@ -182,6 +182,7 @@ def build_fsdp_model(
     lora_task_type: str = "CAUSAL_LM",
     cpu_offload: bool | None = None,
     ulysses_sp_size: int = 1,
+    liger_key: str | None = None,
 ) -> torch.nn.Module:
     """Load ``files`` with ``auto_cls`` and shard it with FSDP1/FSDP2 (``strategy``) over ``device_mesh``.
 
@@ -190,11 +191,17 @@ def build_fsdp_model(
     ``target_modules``) wraps the model with PEFT adapters first. ``cpu_offload``: None leaves it to
     ``fsdp_config.offload_policy``; frozen models pass True.
     ``ulysses_sp_size > 1`` patches attention for Ulysses sequence parallelism (packed inputs only).
+    ``liger_key``: the ``use_liger`` key that is True for this model (Liger's kernels go in before LoRA and
+    wrapping), or None.
     """
     from verl.utils.fsdp_utils import wrap_model_for_training
 
     dtype = model_dtype(fsdp_config, is_trainable=trainable)
     module = load_hf_model(auto_cls, files.local_path, files.hf_config, dtype, trust_remote_code, device_mesh)
+    if liger_key is not None:
+        from verl.models.transformers.liger import apply_liger_kernels
+
+        apply_liger_kernels(module, liger_key, fused_linear_cross_entropy=False)
     if ulysses_sp_size > 1:
         from verl.models.transformers.monkey_patch import apply_monkey_patch
 
