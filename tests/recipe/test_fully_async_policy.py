@@ -22,7 +22,7 @@ import torch.distributed as dist
 from recipe.fully_async_policy.fully_async_main import check_fully_async_config
 from recipe.fully_async_policy.fully_async_rollouter import GenerationError
 from recipe.fully_async_policy.fully_async_trainer import FullyAsyncRayTrainer
-from tests.trainer.ppo_e2e_utils import base_overrides, make_workspace, write_reward_fn
+from tests.trainer.ppo_e2e_utils import base_overrides, make_workspace, with_rollout_name, write_reward_fn
 from tests.trainer.ppo_e2e_utils import compose_config as compose_ppo
 from verl.single_controller.inprocess import InProcessWorkerGroup
 from verl.trainer.config import ConfigError
@@ -40,7 +40,7 @@ def compose_recipe(overrides: list[str]):
 
     folder = os.path.join(os.path.dirname(recipe.fully_async_policy.__file__), "config")
     with initialize_config_dir(config_dir=folder, version_base=None):
-        return compose(config_name="fully_async_ppo_trainer", overrides=overrides)
+        return compose(config_name="fully_async_ppo_trainer", overrides=with_rollout_name(overrides))
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from tests.trainer.ppo_e2e_utils import (
     make_workspace,
     parse_console_metrics,
     run_main_ppo,
+    with_rollout_name,
     write_reward_fn,
 )
 from tests.trainer.test_multi_turn_e2e import _gsm8k_tool_data, _overrides
@@ -149,7 +150,7 @@ def test_recipe_yaml_is_verls():
 
     folder = os.path.join(os.path.dirname(recipe.one_step_off_policy.__file__), "config")
     with initialize_config_dir(config_dir=folder, version_base=None):
-        config = compose(config_name="one_step_off_ppo_trainer")
+        config = compose(config_name="one_step_off_ppo_trainer", overrides=with_rollout_name([]))
     assert config.actor_rollout_ref.hybrid_engine is False
     assert config.rollout.nnodes == 1 and config.rollout.n_gpus_per_node == 8  # verl's recipe defaults
     assert config.trainer.n_gpus_per_node == 8  # the rest is ppo_trainer's

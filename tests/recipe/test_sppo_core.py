@@ -15,6 +15,7 @@ from recipe.sppo.sppo_core import (
     softmean,
     sppo_advantages,
 )
+from tests.trainer.ppo_e2e_utils import with_rollout_name
 from verl import DataProto
 from verl.trainer.config import ConfigError
 from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, get_policy_loss_fn
@@ -122,7 +123,7 @@ def _compose(overrides):
     from verl.demo.assets import resolve_builtin_paths
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        config = compose(config_name="sppo_trainer", overrides=overrides)
+        config = compose(config_name="sppo_trainer", overrides=with_rollout_name(overrides))
     resolve_builtin_paths(config)
     return config
 

@@ -125,11 +125,19 @@ def write_reward_fn(root) -> str:
     return path
 
 
-def compose_config(overrides: list[str], config_name: str = "ppo_trainer"):
-    """The ``config_name`` config (``--config-name``) with ``overrides``, composed as the Hydra app would. verl 0.9
-    requires ``actor_rollout_ref.rollout.name``; overrides that leave it out get ``hf`` (what the tests run)."""
+def with_rollout_name(overrides) -> list[str]:
+    """``overrides`` naming the rollout engine: verl 0.9 requires ``actor_rollout_ref.rollout.name``; a test command
+    line that leaves it out gets ``hf`` (what the tests run)."""
+    overrides = list(overrides)
     if not any(o.lstrip("+").startswith("actor_rollout_ref.rollout.name=") for o in overrides):
-        overrides = [*overrides, "actor_rollout_ref.rollout.name=hf"]
+        overrides.append("actor_rollout_ref.rollout.name=hf")
+    return overrides
+
+
+def compose_config(overrides: list[str], config_name: str = "ppo_trainer"):
+    """The ``config_name`` config (``--config-name``) with ``overrides`` (:func:`with_rollout_name`), composed as the
+    Hydra app would."""
+    overrides = with_rollout_name(overrides)
     from hydra import compose, initialize_config_dir
 
     import verl.trainer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import recipe.spin
-from tests.trainer.ppo_e2e_utils import base_overrides
+from tests.trainer.ppo_e2e_utils import base_overrides, with_rollout_name
 
 CONFIG_DIR = os.path.join(os.path.dirname(recipe.spin.__file__), "config")
 
@@ -23,4 +23,4 @@ def compose_spin_config(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return compose(config_name="spin_trainer", overrides=overrides)
+        return compose(config_name="spin_trainer", overrides=with_rollout_name(overrides))
