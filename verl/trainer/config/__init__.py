@@ -39,7 +39,7 @@ from verl.workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.checkpoint import CheckpointConfig
 from verl.workers.config.critic import CriticConfig
-from verl.workers.config.engine import FSDPConfig, MegatronConfig, WrapPolicyConfig
+from verl.workers.config.engine import FSDPConfig, MegatronConfig, QATEngineConfig, WrapPolicyConfig
 from verl.workers.config.errors import ConfigError
 from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
 from verl.workers.config.optimizer import CriticOptimConfig, OptimConfig
@@ -81,6 +81,7 @@ __all__ = [
     "PFPPOConfig",
     "PPOConfig",
     "PolicyLossConfig",
+    "QATEngineConfig",
     "RayInitConfig",
     "RolloutPoolConfig",
     "AsyncTrainingConfig",

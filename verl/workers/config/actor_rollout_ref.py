@@ -22,3 +22,13 @@ class ActorRolloutRefConfig(BaseConfig):
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    # the process group's collective timeout (seconds) of the policy's workers
+    nccl_timeout: int = 600
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # the reference runs on the actor's sequence-parallel mesh: left alone (both spellings at 1), it follows the
+        # actor's size however that was given (verl 0.9's actor.fsdp_config.ulysses_sequence_parallel_size included)
+        ref, actor_sp = self.ref, self.actor.ulysses_sequence_parallel_size
+        if ref.ulysses_sequence_parallel_size == 1 and ref.fsdp_config.ulysses_sequence_parallel_size == 1:
+            ref.ulysses_sequence_parallel_size = ref.fsdp_config.ulysses_sequence_parallel_size = actor_sp

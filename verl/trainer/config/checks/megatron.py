@@ -85,10 +85,10 @@ def _check_policy(config, n_gpus: int) -> list[str]:
     problems = []
     if (_get(config, "actor_rollout_ref.model.lora_rank") or 0) > 0:
         problems.append("actor_rollout_ref.model.lora_rank > 0 with strategy=megatron: LoRA is FSDP-only; set it to 0")
-    if _get(config, "actor_rollout_ref.model.use_fused_kernels"):
-        problems.append(
-            "actor_rollout_ref.model.use_fused_kernels=True is an FSDP-engine option; set it to False with megatron"
-        )
+    for key in ("actor_rollout_ref.model.use_fused_kernels", "actor_rollout_ref.actor.use_fused_kernels"):
+        if _get(config, key):
+            problems.append(f"{key}=True is an FSDP-engine option; set it to False with megatron")
+            break
     for section in ("actor", "ref"):
         key = f"actor_rollout_ref.{section}"
         problems += _check_ulysses(config, key)
