@@ -102,6 +102,9 @@ class ActorConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        # the reference's size interpolates the actor's top-level key only: note when verl 0.9's spelling gave it
+        sp_in_block = self.ulysses_sequence_parallel_size == 1 != self.fsdp_config.ulysses_sequence_parallel_size
+        self.__dict__["_sp_from_engine_block"] = sp_in_block
         _unify_engine_keys(self)
         unify(self, "optim.clip_grad", "grad_clip")
         unify(self, "tau_pos", "policy_loss.tau_pos")
