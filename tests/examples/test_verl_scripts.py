@@ -58,9 +58,6 @@ SHIPPED_AS = {
 # file as a script for every missing key and refusal of each). A closed gap fails the test until its entry goes.
 KNOWN_GAPS: dict[str, str] = {
     # keys the config does not have
-    "examples/gpg_trainer/run_qwen2-7b_math.sh@9bc2e8e20d8e9a71202744401354d139f77faf92": (
-        "Could not override 'actor_rollout_ref.actor.use_gpg_loss'"
-    ),
     "examples/grpo_trainer/run_qwen2_5_vl-7b_lora.sh@0315b053f1840b34037f7a68cc35e962c09af840": (
         "Could not override 'actor_rollout_ref.model.exclude_modules'"
     ),
@@ -430,6 +427,18 @@ def test_verl_script_passes_main_ppos_check(script, ws):
         assert expected in str(exc), f"{script} now fails differently (update {table}):\n{exc}"
     else:
         pytest.fail(f"{script} passes now: remove it from {table}")
+
+
+GPG_SCRIPT = "examples/gpg_trainer/run_qwen2-7b_math.sh@9bc2e8e20d8e9a71202744401354d139f77faf92"
+
+
+def test_verl_07_gpg_switch_selects_the_gpg_loss(ws):
+    """verl 0.7's GPG script sets actor.use_gpg_loss=True (no loss_mode): the policy loss it trains with is gpg."""
+    from verl.trainer.config import PPOConfig
+
+    assert "actor_rollout_ref.actor.use_gpg_loss=True" in SCRIPTS[GPG_SCRIPT]["overrides"]
+    actor = PPOConfig.from_config(check_script(GPG_SCRIPT, ws)).actor_rollout_ref.actor
+    assert (actor.use_gpg_loss, actor.policy_loss.loss_mode) == (True, "gpg")
 
 
 # a sample of the scripts that pass, one per kind of run: GRPO with a KL loss, PPO with a critic (GAE), REINFORCE++

@@ -113,6 +113,19 @@ def test_grpo_with_one_response_per_prompt_trains_on_each_score(workspace):
     torch.testing.assert_close(batch["advantages"][mask], (scores / (1 + 1e-6))[mask])
 
 
+def test_critic_enable_runs_the_critic_beside_a_critic_free_estimator(workspace):
+    """critic.enable=True (verl 0.9): GRPO's advantages, and the critic computes values and trains on the returns;
+    with its v0.4 FSDP block spelling (critic.model.fsdp_config) carried over to verl 0.9's critic.fsdp."""
+    config = single_process_config(
+        workspace, "grpo", extra=["critic.enable=True", "critic.model.fsdp_config.reshard_after_forward=False"]
+    )
+    trainer, _, _ = run_one_step(config)
+    assert trainer.use_critic and trainer.ppo_config.critic.fsdp.reshard_after_forward is False
+    metrics = trainer.logged[0]
+    for key in ("critic/vf_loss", "critic/values/mean", "critic/grad_norm"):
+        assert key in metrics and math.isfinite(metrics[key]), (key, metrics.get(key))
+
+
 @pytest.mark.parametrize(
     ("loss_mode", "extra"),
     [

@@ -3,6 +3,7 @@
 import os
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -38,3 +39,34 @@ def test_initialize_and_destroy_global_process_group_on_two_ranks(tmp_path):
         if not is_accelerator_available():
             assert result["backend"] == "gloo"
         assert result["left"]
+
+
+def test_init_distributed_gives_the_group_the_timeout_it_is_asked_for(monkeypatch):
+    """The policy worker's actor_rollout_ref.nccl_timeout becomes its process group's collective timeout."""
+    from datetime import timedelta
+
+    from verl.utils import distributed
+    from verl.workers.roles import actor_rollout_ref as policy_worker
+    from verl.workers.roles.actor_rollout_ref import ActorRolloutRefWorker
+
+    calls = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(distributed, "use_cpu_share", lambda: 1)
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")):
+        monkeypatch.setenv(name, value)
+    distributed.init_distributed(timeout_s=42)
+    distributed.init_distributed()
+    assert [c["timeout"] for c in calls] == [timedelta(seconds=42), None]  # None: torch's own default
+
+    class Joined(Exception):
+        pass
+
+    def joined(timeout_s=None):
+        calls.append(timeout_s)
+        raise Joined
+
+    monkeypatch.setattr(policy_worker, "init_distributed", joined)
+    with pytest.raises(Joined):
+        ActorRolloutRefWorker({"nccl_timeout": 7}, role="actor")
+    assert calls[-1] == 7

@@ -51,9 +51,10 @@ def destroy_global_process_group() -> None:
         dist.destroy_process_group()
 
 
-def init_distributed() -> None:
+def init_distributed(timeout_s: int | None = None) -> None:
     """Join the worker group's torch.distributed group (env:// rendezvous), once per process; on a CPU-only host,
-    also give this worker its share of the host's cores."""
+    also give this worker its share of the host's cores. ``timeout_s``: how long a collective may wait (the policy's
+    ``actor_rollout_ref.nccl_timeout``; None: torch's default); the first role of a process to join sets it."""
     if dist.is_initialized():
         return
     if not is_accelerator_available():
@@ -63,6 +64,7 @@ def init_distributed() -> None:
         rank=int(os.environ["RANK"]),
         world_size=int(os.environ["WORLD_SIZE"]),
         init_method=os.environ.get("DIST_INIT_METHOD"),
+        timeout=None if timeout_s is None else timedelta(seconds=timeout_s),
     )
 
 

@@ -590,12 +590,17 @@ def get_cosine_schedule_with_warmup(
     min_lr_ratio: float | None = 0.0,
     num_cycles: float = 0.5,
     last_epoch: int = -1,
+    zero_indexed_step: bool = True,
 ) -> LambdaLR:
-    """Warmup from ``min_lr_ratio`` to 1, then cosine decay to ``min_lr_ratio`` at ``num_training_steps``."""
+    """Warmup from ``min_lr_ratio`` to 1, then cosine decay to ``min_lr_ratio`` at ``num_training_steps``.
+
+    ``zero_indexed_step=False`` counts the scheduler's steps from 1 (each factor is the next step's of the default)."""
     min_lr_ratio = _check_min_lr_ratio(min_lr_ratio)
     coef, intercept = (1.0 - min_lr_ratio) * 0.5, (1.0 + min_lr_ratio) * 0.5
+    offset = 0 if zero_indexed_step else 1
 
     def lr_lambda(step: int) -> float:
+        step += offset
         if step < num_warmup_steps:
             return min_lr_ratio + (1.0 - min_lr_ratio) * (float(step) / float(max(1, num_warmup_steps)))
         progress = float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))

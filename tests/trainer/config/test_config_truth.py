@@ -55,9 +55,9 @@ _RM_REFUSED = "refused with reward_model.enable=True (checks.runtime_support); i
 _RM_TEMPLATE = "test_trainer_inprocess::test_reward_model_with_its_own_chat_template"
 _LORA = "lora_rank > 0 (test_vllm_grpo_e2e::test_hand_off_keeps_rollout_and_actor_log_probs_equal[lora])"
 _COV = "its loss_mode (tests/trainer/ppo/test_losses.py::test_{clip,kl}_cov_*)"
-_SAPO = "loss_mode=sapo (test_trainer_inprocess::test_newer_policy_losses_one_step)"
 _NSIGHT = "refused when changed from its default (checks.runtime_support; test_ppo_checks)"
 REF = "actor_rollout_ref.ref"
+_MIRROR = "mirrors rollout.n (read instead); a different value is refused (checks.roles; test_ppo_checks)"
 
 # key (or 'prefix.*') -> where it is honoured or refused, for keys the runs above do not read.
 NOT_READ_HERE: dict[str, str] = {
@@ -83,17 +83,15 @@ NOT_READ_HERE: dict[str, str] = {
     f"{A}.policy_loss.clip_cov_ub": _COV,
     f"{A}.policy_loss.kl_cov_ratio": _COV,
     f"{A}.policy_loss.ppo_kl_coef": _COV,
-    f"{A}.policy_loss.tau_pos": _SAPO,
-    f"{A}.policy_loss.tau_neg": _SAPO,
     f"{A}.shuffle": _REFUSED,
+    f"{A}.rollout_n": _MIRROR,
+    f"{REF}.rollout_n": _MIRROR,
     "algorithm.rollout_correction.loss_type": "with bypass_mode=True (test_rollout_correction_e2e::"
     "test_bypass_mode_skips_the_old_log_prob_pass); reinforce without bypass_mode is refused "
     "(checks.rollout_correction)",
     f"{C}.shuffle": _REFUSED,
     f"{A}.fsdp_config.wrap_policy.min_num_params": _FSDP1,
     f"{A}.fsdp_config.forward_prefetch": _FSDP1,
-    f"{C}.model.fsdp_config.wrap_policy.min_num_params": _FSDP1,
-    f"{C}.model.fsdp_config.forward_prefetch": _FSDP1,
     f"{REF}.fsdp_config.wrap_policy.min_num_params": _FSDP1,
     f"{REF}.fsdp_config.forward_prefetch": _FSDP1,
     # FINDING left open: the reference is always CPU-offloaded
@@ -187,7 +185,7 @@ RUNS = {
             "algorithm.use_pf_ppo=True",
             f"{A}.ppo_epochs=2",  # a separate old-log-prob pass
             f"{A}.optim.warmup_style=cosine",
-            f"{C}.optim.warmup_style=cosine",
+            f"{C}.optim.lr_scheduler_type=cosine",  # verl 0.9's name; the actor's uses the older one
             f"{R}.val_kwargs.do_sample=True",
             "trainer.log_val_generations=1",
             "reward_model.enable=True",
@@ -321,6 +319,8 @@ CHOICES: dict[str, tuple] = {
     f"{C}.loss_agg_mode": ppo_checks.LOSS_AGG_MODES,
     f"{A}.optim.warmup_style": ("constant", "cosine"),
     f"{C}.optim.warmup_style": ("constant", "cosine"),
+    f"{A}.optim.lr_scheduler_type": ("constant", "cosine"),
+    f"{C}.optim.lr_scheduler_type": ("constant", "cosine"),
     f"{A}.kl_loss_type": ppo_checks.KL_ESTIMATORS,
     "algorithm.kl_penalty": ppo_checks.KL_ESTIMATORS,
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),

@@ -199,6 +199,10 @@ CODE_DEFAULT_KEYS = {
     "actor_rollout_ref.actor.fsdp_config.mixed_precision": None,
     # the ref's FSDP block is the same engine file as the actor's (verl 0.9's layout)
     "actor_rollout_ref.ref.fsdp_config.mixed_precision": None,
+    # and so is the critic's (verl 0.9's critic.fsdp; v0.4's critic.model.fsdp_config is its older spelling)
+    "critic.fsdp": {"mixed_precision": None},
+    # verl 0.7's switch to the GPG loss (policy_loss.loss_mode=gpg)
+    "actor_rollout_ref.actor.use_gpg_loss": False,
     "actor_rollout_ref.rollout.seed": 0, "actor_rollout_ref.rollout.limit_images": None,
     "actor_rollout_ref.rollout.micro_batch_size": None, "actor_rollout_ref.rollout.cpu_num_threads": None,
     "actor_rollout_ref.rollout.logprobs_mode": "processed_logprobs",

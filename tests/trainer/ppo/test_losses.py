@@ -22,6 +22,33 @@ def test_agg_loss_modes_by_hand():
     assert losses.agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 4)
     with pytest.raises(ValueError, match="Invalid loss_agg_mode: 'sum'"):
         losses.agg_loss(loss, mask, "sum")
+    # loss_scale_factor replaces the response length as the divisor of seq-mean-token-sum-norm, and only there
+    assert losses.agg_loss(loss, mask, "seq-mean-token-sum-norm", loss_scale_factor=10).item() == pytest.approx(0.7)
+    assert losses.agg_loss(loss, mask, "token-mean", loss_scale_factor=10).item() == pytest.approx(7 / 3)
+
+
+@pytest.mark.parametrize("name", ["vanilla", "clip_cov", "kl_cov", "gspo", "gpg", "geo_mean", "sapo", "cispo"])
+def test_registered_losses_divide_by_the_actors_loss_scale_factor(name):
+    """Each built-in loss aggregates with the actor's loss_scale_factor: seq-mean-token-sum-norm over T=3 tokens with
+    a factor of 12 is the plain loss times 3 / 12."""
+    torch.manual_seed(0)  # clip_cov picks its tokens at random
+    (plain, *_), _ = _run(name, "seq-mean-token-sum-norm")
+    torch.manual_seed(0)
+    (scaled, *_), _ = _run(name, "seq-mean-token-sum-norm", cfg={**_cfg(), "loss_scale_factor": 12})
+    assert scaled.item() == pytest.approx(plain.item() * 3 / 12, rel=1e-9, abs=1e-12)
+
+
+def test_value_loss_takes_the_loss_scale_factor():
+    vpreds, returns = torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 0.0]])
+    mask = torch.ones(1, 2)
+    # 0.5 * (1 + 4) / divisor, the old values far enough that the clip does not bind
+    kwargs = {"values": vpreds.clone(), "response_mask": mask, "cliprange_value": 10.0}
+    loss, _ = losses.compute_value_loss(vpreds, returns, loss_agg_mode="seq-mean-token-sum-norm", **kwargs)
+    assert loss.item() == pytest.approx(0.5 * 5 / 2)
+    loss, _ = losses.compute_value_loss(
+        vpreds, returns, loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=5, **kwargs
+    )
+    assert loss.item() == pytest.approx(0.5)
 
 
 @settings(max_examples=40, deadline=None)
@@ -345,7 +372,7 @@ def test_sapo_gate_matches_ppo_on_policy_and_fades_off_policy():
 
 
 def test_sapo_refuses_a_non_positive_temperature():
-    with pytest.raises(ValueError, match=r"policy_loss\.tau_neg=0\.0"):
+    with pytest.raises(ValueError, match=r"actor\.tau_neg=0\.0"):
         _run("sapo", cfg=_cfg(tau_neg=0.0))
 
 

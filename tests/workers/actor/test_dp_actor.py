@@ -2,6 +2,7 @@
 
 import copy
 import logging
+import math
 
 import pytest
 import torch
@@ -499,3 +500,26 @@ def test_correction_travels_with_its_rows_through_micro_batches(variant):
     assert max(a.abs().max().item() for a in whole) > 1e-4  # finite and a real step (an empty row gave NaN before)
     for a, b in zip(whole, split):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_calculate_entropy_logs_the_entropy_and_leaves_the_update_alone():
+    """calculate_entropy=True with entropy_coeff=0 measures actor/entropy in the update, without a bonus."""
+    plain_model, plain = _one_update(actor_config())
+    measured_model, measured = _one_update(actor_config(calculate_entropy=True))
+    assert "actor/entropy" not in plain and len(measured["actor/entropy"]) == 3  # one per micro batch
+    assert all(0 < e < math.log(tiny_lm().config.vocab_size) + 1e-4 for e in measured["actor/entropy"])
+    for got, want in zip(measured_model.parameters(), plain_model.parameters(), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_chunked_entropy_takes_the_configured_chunk_size():
+    model = tiny_lm()
+    chunked = DataParallelPPOActor(
+        actor_config(entropy_from_logits_with_chunking=True, entropy_from_logits_chunk_size=3), model
+    )
+    assert chunked.engine._entropy_fn.keywords == {"chunk_size": 3}
+    data = log_prob_meta(rollout_batch())
+    with torch.no_grad():
+        want, _ = DataParallelPPOActor(actor_config(), model)._forward_micro_batch(data.batch, TEMPERATURE, True)
+        got, _ = chunked._forward_micro_batch(data.batch, TEMPERATURE, calculate_entropy=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -40,12 +40,15 @@ def _weighted(loss_mat: torch.Tensor, rollout_is_weights: torch.Tensor | None) -
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+def agg_loss(
+    loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, loss_scale_factor: int | None = None
+) -> torch.Tensor:
     """Aggregate a per-token loss to a scalar. loss_mat, loss_mask: ``(bs, response_length)``.
 
     ``token-mean``: over all tokens; ``seq-mean-token-sum``: mean of per-sequence sums;
     ``seq-mean-token-mean``: mean of per-sequence means (a sequence without tokens counts as 0);
-    ``seq-mean-token-sum-norm``: total / T (Dr.GRPO).
+    ``seq-mean-token-sum-norm``: total / T (Dr.GRPO), T being ``loss_scale_factor`` when given (a constant keeps the
+    scale fixed across batches), else the response length.
     """
     if loss_agg_mode == "token-mean":
         return verl_F.masked_mean(loss_mat, loss_mask)
@@ -56,7 +59,8 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
         # a row without tokens (rejected by rollout correction) adds 0 instead of verl 0.4.1's 0/0 = NaN
         return (torch.sum(loss_mat * loss_mask, dim=-1) / torch.sum(loss_mask, dim=-1).clamp(min=1)).mean()
     if loss_agg_mode == "seq-mean-token-sum-norm":
-        return torch.sum(loss_mat * loss_mask) / loss_mask.shape[-1]
+        divisor = loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor
+        return torch.sum(loss_mat * loss_mask) / divisor
     raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
 
 
@@ -71,10 +75,12 @@ def compute_policy_loss(
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
     rollout_is_weights: torch.Tensor | None = None,
+    loss_scale_factor: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clipped PPO surrogate with asymmetric clip range and dual clip for negative advantages.
 
     All tensors ``(bs, response_length)``. Returns ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``.
+    ``loss_scale_factor``: see :func:`agg_loss`.
     """
     assert clip_ratio_c > 1.0, f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}"
     cliprange_low = cliprange if cliprange_low is None else cliprange_low
@@ -93,7 +99,7 @@ def compute_policy_loss(
     clip2 = torch.min(loss_dual, clip1)
     pg_clipfrac_lower = verl_F.masked_mean((torch.gt(clip1, loss_dual) & (advantages < 0)).float(), response_mask)
     pg_losses = torch.where(advantages < 0, clip2, clip1)
-    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, loss_scale_factor)
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -116,6 +122,11 @@ def get_policy_loss_fn(name: str) -> Callable:
     if name not in POLICY_LOSS_REGISTRY:
         raise ValueError(f"Unsupported loss mode: {name}. Supported modes are: {list(POLICY_LOSS_REGISTRY)}")
     return POLICY_LOSS_REGISTRY[name]
+
+
+def _loss_scale(config: Any) -> int | None:
+    """The actor's ``loss_scale_factor`` (a dict or DictConfig without one takes the YAML's default, null)."""
+    return _actor_config(config).loss_scale_factor
 
 
 def _actor_config(config: Any) -> ActorConfig:
@@ -149,6 +160,7 @@ def compute_policy_loss_vanilla(
         clip_ratio_c=cfg.clip_ratio_c,
         loss_agg_mode=loss_agg_mode,
         rollout_is_weights=rollout_is_weights,
+        loss_scale_factor=cfg.loss_scale_factor,
     )
 
 
@@ -190,7 +202,12 @@ def compute_policy_loss_clip_cov(
         corr = torch.ones_like(advantages)
         corr[picked[:, 0], picked[:, 1]] = 0
     pg_clipfrac = verl_F.masked_mean((corr == 0).float(), response_mask)
-    pg_loss = agg_loss(_weighted(torch.maximum(loss1, loss2) * corr, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _weighted(torch.maximum(loss1, loss2) * corr, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        _loss_scale(config),
+    )
     return pg_loss, pg_clipfrac, ppo_kl, torch.tensor(0.0, device=pg_loss.device)
 
 
@@ -227,7 +244,7 @@ def compute_policy_loss_kl_cov(
         penalised = torch.zeros(pg_losses.numel(), dtype=torch.bool, device=pg_losses.device)
         penalised[top] = True
         pg_losses = torch.where(penalised.view_as(pg_losses), pg_losses + coef * abs_kl, pg_losses)
-    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, _loss_scale(config))
     zero = torch.tensor(0.0, device=pg_loss.device)
     return pg_loss, zero, verl_F.masked_mean(abs_kl, response_mask), zero
 
@@ -286,7 +303,7 @@ def compute_policy_loss_gspo(
     pg_clipfrac = verl_F.masked_mean(clipped.float(), response_mask)
     pg_clipfrac_lower = verl_F.masked_mean((clipped & (advantages < 0)).float(), response_mask)
     pg_losses = _weighted(torch.maximum(loss_unclipped, loss_clipped), rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, _loss_scale(config))
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -302,10 +319,12 @@ def compute_policy_loss_gpg(
 ) -> LossOutput:
     """GPG (Group Policy Gradient, arXiv:2504.02546): plain REINFORCE ``-A * log_prob``, no ratio, no clipping.
 
-    ``old_log_prob`` only feeds the ``ppo_kl`` metric; ``config`` is unused (kept for the registry contract).
+    ``old_log_prob`` only feeds the ``ppo_kl`` metric; ``config`` gives only ``loss_scale_factor``.
     """
     _, ppo_kl = _log_ratio_and_kl(old_log_prob, log_prob, advantages, response_mask)
-    pg_loss = agg_loss(_weighted(-advantages * log_prob, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _weighted(-advantages * log_prob, rollout_is_weights), response_mask, loss_agg_mode, _loss_scale(config)
+    )
     return pg_loss, _zero(pg_loss), ppo_kl, _zero(pg_loss)
 
 
@@ -338,7 +357,9 @@ def compute_policy_loss_geo_mean(
     clipped = ((log_ratio > high) & (advantages > 0)) | ((log_ratio < -low) & (advantages < 0))
     pg_clipfrac = verl_F.masked_mean(clipped.float(), response_mask)
     pg_clipfrac_lower = verl_F.masked_mean((clipped & (advantages < 0)).float(), response_mask)
-    pg_loss = agg_loss(_weighted(seq_loss.expand_as(log_ratio), rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _weighted(seq_loss.expand_as(log_ratio), rollout_is_weights), response_mask, loss_agg_mode, _loss_scale(config)
+    )
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -355,20 +376,22 @@ def compute_policy_loss_sapo(
     """SAPO (arXiv:2511.20347): a smooth sigmoid gate on the token ratio instead of PPO's hard clip.
 
     ``loss = -A * (4 / tau) * sigmoid(tau * (r - 1))`` with ``r = exp(log_prob - old_log_prob)`` and
-    ``tau = policy_loss.tau_pos`` where ``A > 0``, else ``policy_loss.tau_neg``. At ``r = 1`` its gradient equals
+    ``tau = actor.tau_pos`` where ``A > 0``, else ``actor.tau_neg``. At ``r = 1`` its gradient equals
     PPO's (``sigmoid'(0) * 4 = 1``); far off-policy tokens fade smoothly instead of being cut off, and a larger tau
     fades faster (the paper takes ``tau_neg > tau_pos``: negative updates are the less stable).
     """
-    policy_loss = _actor_config(config).policy_loss
-    tau_pos, tau_neg = policy_loss.tau_pos, policy_loss.tau_neg
+    cfg = _actor_config(config)  # verl 0.9's place of the temperatures (policy_loss.tau_* are unified with them)
+    tau_pos, tau_neg = cfg.tau_pos, cfg.tau_neg
     for key, tau in (("tau_pos", tau_pos), ("tau_neg", tau_neg)):
         if not tau > 0:
-            raise ValueError(f"actor_rollout_ref.actor.policy_loss.{key}={tau!r} must be > 0 for loss_mode='sapo'")
+            raise ValueError(f"actor_rollout_ref.actor.{key}={tau!r} must be > 0 for loss_mode='sapo'")
     log_ratio, ppo_kl = _log_ratio_and_kl(old_log_prob, log_prob, advantages, response_mask)
     ratio = torch.exp(torch.clamp(log_ratio, -_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
     gate = torch.sigmoid(tau * (ratio - 1)) * (4 / tau)
-    pg_loss = agg_loss(_weighted(-advantages * gate, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _weighted(-advantages * gate, rollout_is_weights), response_mask, loss_agg_mode, _loss_scale(config)
+    )
     return pg_loss, _zero(pg_loss), ppo_kl, _zero(pg_loss)
 
 
@@ -395,7 +418,12 @@ def compute_policy_loss_cispo(
     above, below = ratio > 1 + high, ratio < 1 - low
     pg_clipfrac = verl_F.masked_mean((above | below).float(), response_mask)
     pg_clipfrac_lower = verl_F.masked_mean(below.float(), response_mask)
-    pg_loss = agg_loss(_weighted(-weight * advantages * log_prob, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(
+        _weighted(-weight * advantages * log_prob, rollout_is_weights),
+        response_mask,
+        loss_agg_mode,
+        _loss_scale(config),
+    )
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -416,15 +444,17 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str = "token-mean",
+    loss_scale_factor: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped value loss ``0.5 * agg(max((v - R)^2, (v_clip - R)^2))``; returns ``(vf_loss, vf_clipfrac)``.
 
     All tensors ``(bs, response_length)``; ``v_clip`` stays within ``cliprange_value`` of the old ``values``.
+    ``loss_scale_factor``: see :func:`agg_loss`.
     """
     _check_shapes(vpreds=vpreds, returns=returns, values=values, response_mask=response_mask)
     vpred_clipped = verl_F.clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
     loss_unclipped = (vpreds - returns) ** 2
     loss_clipped = (vpred_clipped - returns) ** 2
-    vf_loss = 0.5 * agg_loss(torch.max(loss_unclipped, loss_clipped), response_mask, loss_agg_mode)
+    vf_loss = 0.5 * agg_loss(torch.max(loss_unclipped, loss_clipped), response_mask, loss_agg_mode, loss_scale_factor)
     vf_clipfrac = verl_F.masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
     return vf_loss, vf_clipfrac

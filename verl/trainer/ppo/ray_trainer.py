@@ -47,6 +47,7 @@ from verl.trainer.ppo.weight_sync import WeightSync
 from verl.utils.debug import marked_timer
 from verl.utils.device import peak_rss_gb
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+from verl.workers.config.critic import critic_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +149,9 @@ class RayPPOTrainer:
         self.ref_in_actor = cfg.actor_rollout_ref.model.is_lora
         if cfg.algorithm.use_kl_in_reward:
             self.kl_ctrl_in_reward = core_algos.get_kl_controller(cfg.algorithm.kl_ctrl)
-        # every registered estimator but GAE is critic-free (a recipe's own advantage step is too)
-        self.use_critic = cfg.algorithm.adv_estimator == AdvantageEstimator.GAE
+        # every registered estimator but GAE is critic-free (a recipe's own advantage step is too), unless
+        # critic.enable says otherwise
+        self.use_critic = critic_enabled(cfg.critic, cfg.algorithm.adv_estimator)
         self._validate_config()
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         rollout = cfg.actor_rollout_ref.rollout
@@ -456,8 +458,9 @@ class RayPPOTrainer:
             return batch
         old_log_prob = pop_worker_timing(self.actor_rollout_wg.compute_log_prob(batch), timing_raw)
         entropys = old_log_prob.batch.pop("entropys")
-        loss_agg_mode = self.ppo_config.actor_rollout_ref.actor.loss_agg_mode
-        metrics["actor/entropy"] = agg_loss(entropys, batch.batch["response_mask"], loss_agg_mode).item()
+        actor = self.ppo_config.actor_rollout_ref.actor
+        entropy = agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode, actor.loss_scale_factor)
+        metrics["actor/entropy"] = entropy.item()
         batch = batch.union(old_log_prob)
         if "rollout_log_probs" in batch.batch.keys():
             metrics.update(self._rollout_probs_diff(batch))

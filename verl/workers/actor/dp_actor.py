@@ -39,6 +39,7 @@ class DataParallelPPOActor(PPOActor):
             use_fused_kernels=config.use_fused_kernels,
             ulysses_sp_size=config.ulysses_sequence_parallel_size,
             entropy_from_logits_with_chunking=config.entropy_from_logits_with_chunking,
+            entropy_from_logits_chunk_size=config.entropy_from_logits_chunk_size,
             use_torch_compile=config.use_torch_compile,
             entropy_checkpointing=config.entropy_checkpointing,
             remove_padding_key="actor_rollout_ref.model.use_remove_padding",

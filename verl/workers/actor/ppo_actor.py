@@ -128,8 +128,10 @@ class PPOActor(BasePPOActor):
         use_dynamic_bsz = cfg.use_dynamic_bsz
         micro_batch_size = cfg.ppo_micro_batch_size_per_gpu
         entropy_coeff = cfg.entropy_coeff
-        calculate_entropy = entropy_coeff != 0
-        loss_agg_mode = cfg.loss_agg_mode
+        # the bonus needs the entropy with its gradient; calculate_entropy only asks for the metric
+        entropy_bonus = entropy_coeff != 0
+        calculate_entropy = entropy_bonus or cfg.calculate_entropy
+        loss_agg_mode, loss_scale_factor = cfg.loss_agg_mode, cfg.loss_scale_factor
         # every mode, vanilla included, through the registry: a recipe may register (or replace) any of them
         policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
         if bypass is not None and bypass.get("loss_type") == "reinforce":
@@ -164,15 +166,15 @@ class PPOActor(BasePPOActor):
                 **corr_metrics,
             }
             policy_loss = pg_loss
-            if calculate_entropy:
-                entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+            if entropy_bonus:
+                entropy_loss = agg_loss(entropy, response_mask, loss_agg_mode, loss_scale_factor)
                 policy_loss = policy_loss - entropy_coeff * entropy_loss
                 metrics["actor/entropy"] = to_float(entropy_loss)
-            elif on_policy:
-                metrics["actor/entropy"] = to_float(agg_loss(entropy, response_mask, loss_agg_mode))
+            elif calculate_entropy or on_policy:
+                metrics["actor/entropy"] = to_float(agg_loss(entropy, response_mask, loss_agg_mode, loss_scale_factor))
             if use_kl_loss:
                 kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], cfg.kl_loss_type)
-                kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+                kl_loss = agg_loss(kld, response_mask, loss_agg_mode, loss_scale_factor)
                 policy_loss = policy_loss + cfg.kl_loss_coef * kl_loss
                 metrics["actor/kl_loss"] = to_float(kl_loss)
                 metrics["actor/kl_coef"] = cfg.kl_loss_coef
@@ -200,7 +202,7 @@ class PPOActor(BasePPOActor):
                         guarded_loss_fn,
                         temperature=temperature,
                         calculate_entropy=calculate_entropy or on_policy,
-                        entropy_grad=calculate_entropy,
+                        entropy_grad=entropy_bonus,
                     )
                     append_metrics(metrics, step_metrics)
                 grad_norm = guard.step(self._optimizer_step, engine.zero_grad)

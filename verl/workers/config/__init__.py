@@ -11,7 +11,14 @@ from verl.workers.config.actor import ActorConfig, FSDPActorConfig, McoreActorCo
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.checkpoint import CheckpointConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, McoreCriticConfig
-from verl.workers.config.engine import FSDPConfig, FSDPEngineConfig, McoreEngineConfig, MegatronConfig, WrapPolicyConfig
+from verl.workers.config.engine import (
+    FSDPConfig,
+    FSDPEngineConfig,
+    McoreEngineConfig,
+    MegatronConfig,
+    QATEngineConfig,
+    WrapPolicyConfig,
+)
 from verl.workers.config.errors import ConfigError
 from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
 from verl.workers.config.optimizer import CriticOptimConfig, FSDPOptimizerConfig, McoreOptimizerConfig, OptimConfig
@@ -52,6 +59,7 @@ __all__ = [
     "OptimConfig",
     "OverlongBufferConfig",
     "PolicyLossConfig",
+    "QATEngineConfig",
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",

@@ -15,3 +15,6 @@ class CheckpointConfig(BaseConfig):
 
     save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     load_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    # verl 0.9's asynchronous save and strict weight export: only their defaults are honoured (checks.unsupported_keys)
+    async_save: bool = False
+    strict: bool = True

@@ -7,7 +7,34 @@ from dataclasses import dataclass, field
 
 from verl.utils.config import BaseConfig
 
-__all__ = ["FSDPConfig", "FSDPEngineConfig", "McoreEngineConfig", "MegatronConfig", "WrapPolicyConfig"]
+__all__ = [
+    "FSDPConfig",
+    "FSDPEngineConfig",
+    "McoreEngineConfig",
+    "MegatronConfig",
+    "QATEngineConfig",
+    "RefFSDPConfig",
+    "WrapPolicyConfig",
+    "precision_name",
+]
+
+# spellings of one floating-point type in dtype keys (torch's names, verl's short ones)
+_PRECISIONS = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+}
+
+
+def precision_name(value) -> str:
+    """``value`` (``"bfloat16"``, ``"bf16"``, ``torch.bfloat16``, ...) as bf16, fp16 or fp32; other values as given."""
+    name = str(value).removeprefix("torch.")
+    return _PRECISIONS.get(name, name)
 
 
 @dataclass
@@ -18,8 +45,44 @@ class WrapPolicyConfig(BaseConfig):
 
 
 @dataclass
+class QATEngineConfig(BaseConfig):
+    """`*.fsdp_config.qat`: verl's quantization-aware training; not implemented here (only its defaults pass)."""
+
+    enable: bool = False
+    mode: str = "w4a16"
+    group_size: int = 16
+    ignore_patterns: list[str] = field(default_factory=lambda: ["lm_head", "embed_tokens", "re:.*mlp.gate$"])
+    activation_observer: str = "static_minmax"
+    quantization_config_path: str | None = None
+
+
+def _turbo_config() -> dict:
+    return {
+        "distributed": {
+            "fully_shard_parallel_size": 16,
+            "tensor_parallel_size": 1,
+            "expert_parallel_size": 1,
+            "expert_fully_shard_parallel_size": 1,
+            "ulysses_parallel_size": 1,
+            "fsdp_plan": {
+                "param_dtype": "bf16",
+                "reduce_dtype": "fp32",
+                "output_dtype": "bf16",
+                "fsdp_implementation": "native",
+                "num_to_forward_prefetch": 1,
+                "num_to_backward_prefetch": 1,
+            },
+        }
+    }
+
+
+@dataclass
 class FSDPConfig(BaseConfig):
-    """`*.fsdp_config`: sharding, offload and prefetch of one FSDP model."""
+    """`*.fsdp_config` (and `critic.fsdp`): sharding, offload, precision and the forward's options of one FSDP model.
+
+    `dtype` (verl 0.9) is the compute dtype of the default mixed precision: a value other than its default becomes
+    `mixed_precision.param_dtype` when that is not given (the two set to different types are refused).
+    """
 
     wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
     param_offload: bool = False
@@ -30,6 +93,44 @@ class FSDPConfig(BaseConfig):
     forward_prefetch: bool = False
     model_dtype: str | None = None
     mixed_precision: dict | None = None
+    use_orig_params: bool = False
+    seed: int = 42
+    full_determinism: bool = False
+    ulysses_sequence_parallel_size: int = 1
+    entropy_from_logits_with_chunking: bool = False
+    entropy_from_logits_chunk_size: int = 2048
+    use_torch_compile: bool = True
+    entropy_checkpointing: bool = False
+    use_no_sync_for_gradient_accumulation: bool = False
+    pad_to_length: bool = False
+    pad_to_length_bucket: int = 1024
+    forward_only: bool = False
+    strategy: str = "fsdp"
+    dtype: str = "bfloat16"
+    qat: QATEngineConfig = field(default_factory=QATEngineConfig)
+    turbo_config: dict = field(default_factory=_turbo_config)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        default_dtype = precision_name(type(self).__dataclass_fields__["dtype"].default)
+        dtype = precision_name(self.dtype)
+        if dtype == default_dtype:
+            return
+        mixed = dict(self.mixed_precision or {})
+        given = mixed.get("param_dtype")
+        if given is None:
+            mixed["param_dtype"] = self.dtype
+            self.mixed_precision = mixed
+        elif precision_name(given) != dtype:
+            conflicts = self.__dict__.setdefault("_alias_conflicts", [])
+            conflicts.append(("dtype", self.dtype, "mixed_precision.param_dtype", given))
+
+
+@dataclass
+class RefFSDPConfig(FSDPConfig):
+    """`actor_rollout_ref.ref.fsdp_config`: as the actor's, for a model that only runs forwards."""
+
+    forward_only: bool = True
 
 
 @dataclass

@@ -73,6 +73,7 @@ class PPOCritic(BasePPOCritic):
                 response_mask=response_mask,
                 cliprange_value=cfg.cliprange_value,
                 loss_agg_mode=cfg.loss_agg_mode,
+                loss_scale_factor=cfg.loss_scale_factor,
             )
             if use_dynamic_bsz:
                 loss = vf_loss * (response_mask.shape[0] / mini_batch_size)

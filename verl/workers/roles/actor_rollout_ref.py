@@ -56,13 +56,13 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
         self._is_lora = config.model.is_lora
-        init_distributed()
+        init_distributed(timeout_s=config.nccl_timeout)
         if role != "rollout":  # a standalone rollout (main_generation) neither trains nor computes log-probs
             normalize_actor_batch_sizes(config, dist.get_world_size()).apply_to(config)
-        # the engines read these from their own section (verl copies them from model.*)
-        for section in (config.actor, config.ref):
-            section.use_remove_padding = config.model.use_remove_padding
-            section.use_fused_kernels = config.model.use_fused_kernels
+        # the engines read these from their own section: the actor's are its keys (by default the model's, as in
+        # verl 0.9); the reference's, which has none in the YAML, are copied from the model's
+        config.ref.use_remove_padding = config.model.use_remove_padding
+        config.ref.use_fused_kernels = config.model.use_fused_kernels
         DistProfilerExtension.__init__(self, role_profiler(self, config.actor.profiler))
         self.actor = self.rollout = self.ref_policy = None
         self.actor_engine = self.ref_engine = None

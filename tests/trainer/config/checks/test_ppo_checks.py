@@ -134,9 +134,77 @@ def test_a_group_estimator_with_one_response_per_prompt_warns_and_runs(base_cfg,
 
 # (updates, substrings that the message must contain: the key and the offending value or expectation)
 BAD = {
-    "derived_actor_key": (
-        {"actor_rollout_ref__actor__use_remove_padding": True, "actor_rollout_ref__model__use_remove_padding": False},
-        ["actor_rollout_ref.actor.use_remove_padding=True", "set actor_rollout_ref.model.use_remove_padding"],
+    # the actor's is its own key (verl 0.9); the reference's follows the model's
+    "derived_ref_key": (
+        {"actor_rollout_ref__ref__use_remove_padding": True, "actor_rollout_ref__model__use_remove_padding": False},
+        ["actor_rollout_ref.ref.use_remove_padding=True", "set actor_rollout_ref.model.use_remove_padding"],
+    ),
+    # two spellings of one setting (verl 0.9's and an older one) set to different values
+    "clip_grad_and_grad_clip": (
+        {"actor_rollout_ref__actor__grad_clip": 0.5, "actor_rollout_ref__actor__optim__clip_grad": 2.0},
+        ["actor_rollout_ref.actor.optim.clip_grad=2.0 and actor_rollout_ref.actor.grad_clip=0.5", "set one"],
+    ),
+    "critic_fsdp_and_v04_block": (
+        {
+            "critic__fsdp__param_offload": True,
+            "critic__model__fsdp_config__reshard_after_forward": False,
+            "critic__fsdp__reshard_after_forward": True,
+            "critic__fsdp__fsdp_size": 1,
+            "critic__model__fsdp_config__fsdp_size": 2,
+        },
+        ["critic.fsdp.fsdp_size=1 and critic.model.fsdp_config.fsdp_size=2"],
+    ),
+    "scheduler_and_warmup_style": (
+        {"critic__optim__lr_scheduler_type": "cosine", "critic__optim__warmup_style": "linear"},
+        ["critic.optim.lr_scheduler_type='cosine' and critic.optim.warmup_style='linear'"],
+    ),
+    "gpg_switch_with_another_loss": (
+        {"actor_rollout_ref__actor__use_gpg_loss": True, "actor_rollout_ref__actor__policy_loss__loss_mode": "gspo"},
+        ["actor_rollout_ref.actor.policy_loss.loss_mode='gspo' and actor_rollout_ref.actor.use_gpg_loss=True"],
+    ),
+    "dtype_and_mixed_precision": (
+        {
+            "actor_rollout_ref__actor__fsdp_config__dtype": "float16",
+            "actor_rollout_ref__actor__fsdp_config__mixed_precision": {"param_dtype": "bf16"},
+        },
+        ["actor_rollout_ref.actor.fsdp_config.dtype='float16' and", "mixed_precision.param_dtype='bf16'"],
+    ),
+    "fsdp_dtype": (
+        {"actor_rollout_ref__actor__fsdp_config__dtype": "int8"},
+        ["actor_rollout_ref.actor.fsdp_config.dtype='int8'", "bfloat16, float16 or float32"],
+    ),
+    "lr_scheduler_type": (
+        {"actor_rollout_ref__actor__optim__lr_scheduler_type": "linear"},
+        ["actor_rollout_ref.actor.optim.lr_scheduler_type='linear'", "'constant', 'cosine'"],
+    ),
+    "zero_indexed_step_without_cosine": (
+        {"actor_rollout_ref__actor__optim__zero_indexed_step": False},
+        ["actor_rollout_ref.actor.optim.zero_indexed_step=False", "cosine schedule only"],
+    ),
+    "optimizer_class": (
+        {"critic__optim__optimizer": "NoSuchOptimizer"},
+        ["critic.optim", "optim.optimizer='NoSuchOptimizer'", "torch.optim"],
+    ),
+    "optimizer_module": (
+        {"actor_rollout_ref__actor__optim__optimizer_impl": "no_such_optimizer_package"},
+        ["optim.optimizer_impl='no_such_optimizer_package' cannot be imported"],
+    ),
+    "optimizer_keyword": (
+        {"actor_rollout_ref__actor__optim__override_optimizer_config": {"eps": 1e-6, "momentum_typo": 0.9}},
+        ["override_optimizer_config has ['momentum_typo']", "torch.optim.AdamW"],
+    ),
+    "loss_scale_factor": (
+        {"actor_rollout_ref__actor__loss_scale_factor": 0},
+        ["actor_rollout_ref.actor.loss_scale_factor=0", "positive integer"],
+    ),
+    "actor_rollout_n": (
+        {"actor_rollout_ref__actor__rollout_n": 3},
+        ["actor_rollout_ref.actor.rollout_n=3 differs from actor_rollout_ref.rollout.n=1"],
+    ),
+    "critic_disabled_under_gae": ({"critic__enable": False}, ["critic.enable=False", "GAE needs"]),
+    "unimplemented_role_key": (
+        {"actor_rollout_ref__actor__fsdp_config__qat__enable": True},
+        ["actor_rollout_ref.actor.fsdp_config.qat=", "not implemented here", "quantization-aware training"],
     ),
     "unused_verl_key": ({"data__filter_prompts": False}, ["data.filter_prompts=False", "remove it"]),
     "overlong_buffer_without_dapo": (
@@ -371,8 +439,13 @@ def test_sapo_temperatures_must_be_positive(base_cfg):
         actor_rollout_ref__actor__policy_loss__loss_mode="sapo",
         actor_rollout_ref__actor__policy_loss__tau_neg=0.0,
     )
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.policy_loss.tau_neg=0.0 must be > 0"):
+    # the older spelling is unified with verl 0.9's actor.tau_neg, which the message names
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.tau_neg=0.0 must be > 0"):
         check_ppo_config(cfg)
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.tau_pos=-1.0 must be > 0"):
+        check_ppo_config(
+            _with(cfg, actor_rollout_ref__actor__policy_loss__tau_neg=1.05, actor_rollout_ref__actor__tau_pos=-1.0)
+        )
     # the temperatures of an unused loss are not checked
     check_ppo_config(_with(cfg, actor_rollout_ref__actor__policy_loss__loss_mode="vanilla"))
 
@@ -1012,3 +1085,35 @@ def test_selective_checkpointing_under_megatron_is_refused_and_auto_accepted():
     _check_checkpointing_policy("actor_rollout_ref.model", model, "fsdp2")
     model.gradient_checkpointing_policy = "auto"
     _check_checkpointing_policy("actor_rollout_ref.model", model, "megatron")
+
+
+def test_actor_packs_by_its_own_key(base_cfg):
+    """actor.use_remove_padding (verl 0.9) is the actor's own switch, by default the model's: sequence parallelism
+    is accepted when the actor packs, and the message names the model's key when neither is set."""
+    sp = {"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2}
+    check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__use_remove_padding=True, **sp))
+    with pytest.raises(ConfigError, match=r"needs actor_rollout_ref.model.use_remove_padding=True"):
+        check_ppo_config(_with(base_cfg, **sp))
+    with pytest.raises(ConfigError, match=r"needs actor_rollout_ref.actor.use_remove_padding=True"):
+        check_ppo_config(
+            _with(
+                base_cfg,
+                actor_rollout_ref__model__use_remove_padding=True,
+                actor_rollout_ref__actor__use_remove_padding=False,
+                **sp,
+            )
+        )
+
+
+def test_critic_enable_decides_whether_the_critic_runs(base_cfg):
+    from verl.trainer.config.checks.ppo import uses_critic
+
+    grpo = {"algorithm__adv_estimator": "grpo", "actor_rollout_ref__rollout__n": 2}
+    assert uses_critic(PPOConfig.from_config(base_cfg))  # gae, enable null
+    assert not uses_critic(PPOConfig.from_config(_with(base_cfg, **grpo)))
+    enabled = _with(base_cfg, critic__enable=True, **grpo)
+    assert uses_critic(PPOConfig.from_config(enabled))
+    check_ppo_config(enabled)
+    # the critic's settings are checked once it runs
+    with pytest.raises(ConfigError, match="critic.ppo_micro_batch_size_per_gpu"):
+        check_ppo_config(_with(enabled, critic__ppo_micro_batch_size_per_gpu=None))

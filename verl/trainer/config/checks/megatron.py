@@ -97,11 +97,14 @@ def _check_policy(config, n_gpus: int) -> list[str]:
     problems = []
     if (_get(config, "actor_rollout_ref.model.lora_rank") or 0) > 0:
         problems.append("actor_rollout_ref.model.lora_rank > 0 with strategy=megatron: LoRA is FSDP-only; set it to 0")
-    problems += _packing_problem(config, "actor_rollout_ref.model", "actor_rollout_ref.actor.strategy")
-    if _get(config, "actor_rollout_ref.model.use_fused_kernels"):
-        problems.append(
-            "actor_rollout_ref.model.use_fused_kernels=True is an FSDP-engine option; set it to False with megatron"
-        )
+    # the actor's own switch follows the model's (verl 0.9): one problem for whichever is on
+    problems += _packing_problem(config, "actor_rollout_ref.model", "actor_rollout_ref.actor.strategy") or (
+        _packing_problem(config, "actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy")
+    )
+    for key in ("actor_rollout_ref.model.use_fused_kernels", "actor_rollout_ref.actor.use_fused_kernels"):
+        if _get(config, key):
+            problems.append(f"{key}=True is an FSDP-engine option; set it to False with megatron")
+            break
     if _get(config, "actor_rollout_ref.model.use_liger"):
         problems.append(
             "actor_rollout_ref.model.use_liger=True is an FSDP-engine option (Liger's kernels patch Hugging Face "

@@ -21,6 +21,7 @@ from verl.trainer.config.checks.data import check_data_files
 from verl.trainer.config.checks.megatron import check_megatron, check_megatron_model
 from verl.trainer.config.checks.multi_turn import check_multi_turn
 from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_reward_model
+from verl.trainer.config.checks.roles import check_role_keys
 from verl.trainer.config.checks.rollout_correction import check_rollout_correction
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
@@ -96,8 +97,10 @@ def _positive_int(config, key: str, minimum: int = 1) -> int:
 
 
 def uses_critic(config) -> bool:
-    """True when the advantage estimator needs a value model (gae)."""
-    return _get(config, "algorithm.adv_estimator") == "gae"
+    """True when the trainer runs the critic: ``critic.enable``, or when null, the gae estimator (which needs it)."""
+    from verl.workers.config.critic import critic_enabled
+
+    return critic_enabled(_get(config, "critic"), _get(config, "algorithm.adv_estimator"))
 
 
 def uses_reference_policy(config) -> bool:
@@ -141,9 +144,6 @@ def _check_choices(config, ctx: _Context) -> None:
     if ctx.use_critic:
         _choice(config, "critic.loss_agg_mode", LOSS_AGG_MODES)
     _check_policy_loss(config)
-    _choice(config, "actor_rollout_ref.actor.optim.warmup_style", ("constant", "cosine"))
-    if ctx.use_critic:
-        _choice(config, "critic.optim.warmup_style", ("constant", "cosine"))
     if _get(config, "actor_rollout_ref.actor.use_kl_loss"):
         _choice(config, "actor_rollout_ref.actor.kl_loss_type", KL_ESTIMATORS)
     if _get(config, "algorithm.use_kl_in_reward"):
@@ -181,9 +181,10 @@ def _check_policy_loss(config) -> None:
             f"{key}.loss_mode={loss_mode!r} is not a registered policy loss; expected one of "
             f"{list(POLICY_LOSS_REGISTRY)} (add one with core_algos.register_policy_loss)"
         )
+    actor = "actor_rollout_ref.actor"  # verl 0.9's place of the SAPO temperatures (policy_loss's are unified with it)
     for name in ("tau_pos", "tau_neg") if loss_mode == "sapo" else ():
-        if not _get(config, f"{key}.{name}") > 0:
-            raise ConfigError(f"{key}.{name}={_get(config, f'{key}.{name}')!r} must be > 0 for loss_mode='sapo'")
+        if not _get(config, f"{actor}.{name}") > 0:
+            raise ConfigError(f"{actor}.{name}={_get(config, f'{actor}.{name}')!r} must be > 0 for loss_mode='sapo'")
 
 
 def _check_estimator(config, ctx: _Context) -> None:
@@ -349,7 +350,7 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
     prompt_len = _positive_int(config, "data.max_prompt_length")
     response_len = _positive_int(config, "data.max_response_length")
     seq_len = prompt_len + response_len
-    sp_sections = [("actor_rollout_ref.actor", "actor_rollout_ref.model.use_remove_padding")]
+    sp_sections = [("actor_rollout_ref.actor", "actor_rollout_ref.actor.use_remove_padding")]
     if ctx.use_ref:
         sp_sections.append(("actor_rollout_ref.ref", "actor_rollout_ref.model.use_remove_padding"))
     if ctx.use_critic:
@@ -360,6 +361,11 @@ def _check_sequence_parallel_and_lengths(config, ctx: _Context) -> None:
         sp = _positive_int(config, f"{section}.ulysses_sequence_parallel_size")
         data_parallel_size(ctx.n_gpus, sp, f"{section}.ulysses_sequence_parallel_size")
         if sp > 1 and not _get(config, rmpad_key):
+            # the actor's key follows the model's unless the command line sets it: name the one to set
+            if rmpad_key == "actor_rollout_ref.actor.use_remove_padding" and not _get(
+                config, "actor_rollout_ref.model.use_remove_padding"
+            ):
+                rmpad_key = "actor_rollout_ref.model.use_remove_padding"
             raise ConfigError(f"{section}.ulysses_sequence_parallel_size={sp} > 1 needs {rmpad_key}=True")
 
     # A dynamic micro batch must hold at least one full padded sequence (rearrange_micro_batches asserts it).
@@ -686,10 +692,17 @@ def _check_rollout_correction(config, ctx: _Context) -> None:
     check_rollout_correction(config)
 
 
+def _check_role_keys(config, ctx: _Context) -> None:
+    problems = check_role_keys(config, use_critic=ctx.use_critic, use_ref=ctx.use_ref)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_runtime_support,
     _check_unsupported_keys,
     _check_rollout_correction,
+    _check_role_keys,
     _check_choices,
     _check_megatron,
     _check_estimator,

@@ -52,7 +52,7 @@ def check_runtime_support(config, use_critic: bool, use_ref: bool, use_rm: bool 
     if model.use_liger:
         _check_liger(config)
     backend = model.fused_kernel_options.impl_backend
-    if model.use_fused_kernels and backend != "torch":
+    if (model.use_fused_kernels or arr.actor.use_fused_kernels) and backend != "torch":
         raise ConfigError(
             f"actor_rollout_ref.model.fused_kernel_options.impl_backend={backend!r}: only the 'torch' backend of "
             "the fused log-prob head is built (it runs on CPU and GPU); set impl_backend=torch"
@@ -119,15 +119,13 @@ def _check_unimplemented_switches(config) -> None:
                 f"data.{name}={config.data.extra[name]!r}: verl reads this key but nothing uses it (here neither); "
                 "remove it"
             )
-    for role in ("actor", "ref"):
-        section = getattr(arr, role)
-        for name in type(section).DERIVED_KEYS:
-            value, model_value = getattr(section, name), getattr(arr.model, name)
-            if value and not model_value:  # the default (False) cannot be told from a value the user set
-                raise ConfigError(
-                    f"actor_rollout_ref.{role}.{name}={value!r}: the worker sets it from actor_rollout_ref.model."
-                    f"{name} (={model_value!r}); set actor_rollout_ref.model.{name} instead"
-                )
+    for name in type(arr.ref).DERIVED_KEYS:  # the actor's are its own keys (verl 0.9); the ref's follow the model
+        value, model_value = getattr(arr.ref, name), getattr(arr.model, name)
+        if value and not model_value:  # the default (False) cannot be told from a value the user set
+            raise ConfigError(
+                f"actor_rollout_ref.ref.{name}={value!r}: the worker sets it from actor_rollout_ref.model."
+                f"{name} (={model_value!r}); set actor_rollout_ref.model.{name} instead"
+            )
     _check_nsight_options(config.trainer)
     for key, section in (("actor_rollout_ref.actor", arr.actor), ("critic", config.critic)):
         if section.shuffle:
@@ -162,7 +160,7 @@ def _check_fsdp1_only_keys(config, use_critic: bool, use_ref: bool, use_rm: bool
     arr, critic, rm = config.actor_rollout_ref, config.critic, config.reward_model
     sections = [("actor_rollout_ref.actor", arr.actor.strategy, arr.actor.fsdp_config)]
     sections += [("actor_rollout_ref.ref", arr.ref.strategy, arr.ref.fsdp_config)] if use_ref else []
-    sections += [("critic.model", critic.strategy, critic.model.fsdp_config)] if use_critic else []
+    sections += [("critic", critic.strategy, critic.fsdp)] if use_critic else []
     sections += [("reward_model.model", rm.strategy, rm.model.fsdp_config)] if use_rm else []
     for key, strategy, fsdp in sections:
         if not (strategy == "fsdp2" or (strategy == "fsdp" and config.trainer.device == "cpu")):
@@ -172,8 +170,9 @@ def _check_fsdp1_only_keys(config, use_critic: bool, use_ref: bool, use_rm: bool
             ("forward_prefetch", fsdp.forward_prefetch),
         ):
             if value:
+                block = "fsdp" if key == "critic" else "fsdp_config"
                 raise ConfigError(
-                    f"{key}.fsdp_config.{name}={value} applies to FSDP1 only, and strategy={strategy!r} on "
+                    f"{key}.{block}.{name}={value} applies to FSDP1 only, and strategy={strategy!r} on "
                     f"{config.trainer.device} runs FSDP2 (one shard unit per transformer layer, its own "
                     "prefetching); leave it at its default"
                 )
@@ -192,13 +191,17 @@ def _cxx_compiler() -> str | None:
 def check_fused_head_model(config, text_config) -> None:
     """``use_fused_kernels=True`` with a model whose head transforms its logits (soft-capping, a scale): refused
     before Ray, since the fused head computes plain ``hidden @ weight.T``. ``text_config``: the policy's config."""
-    if not config.actor_rollout_ref.model.use_fused_kernels:
+    arr = config.actor_rollout_ref
+    key = next(
+        (k for k, on in (("model", arr.model.use_fused_kernels), ("actor", arr.actor.use_fused_kernels)) if on), None
+    )
+    if key is None:
         return
     from verl.workers.engine.fsdp.fused_head import logit_transform_reason
 
     reason = logit_transform_reason(text_config)
     if reason is not None:
-        raise ConfigError(f"actor_rollout_ref.model.use_fused_kernels=True: {reason}; set it False")
+        raise ConfigError(f"actor_rollout_ref.{key}.use_fused_kernels=True: {reason}; set it False")
 
 
 def _check_checkpointing_policy(key: str, model, strategy: str) -> None:

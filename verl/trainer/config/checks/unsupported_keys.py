@@ -21,6 +21,45 @@ _SHARES_ACTOR_MESH = (
     "actor_rollout_ref.actor.fsdp_config.{name} instead"
 )
 
+_QAT = "quantization-aware training (verl's QAT, NVFP4 weights) is not implemented here; train without it"
+_TURBO = "verl's fsdp_turbo engine is not here; the FSDP engine (strategy fsdp or fsdp2) takes no turbo settings"
+_PAD = (
+    "bucketed padding of packed micro batches (fixed kernel shapes) is not implemented here; packed micro batches "
+    "keep their own lengths"
+)
+_DETERMINISM = (
+    "full determinism (deterministic kernels, seeded from fsdp seed) is not implemented here; seed the run with "
+    "data.seed and actor_rollout_ref.rollout.seed"
+)
+_DETERMINISM_SEED = "verl reads it only with full_determinism, which is not implemented here; leave it at its default"
+_ENGINE_STRATEGY = "verl overwrites it with the role's strategy; set {role}.strategy (fsdp or fsdp2) instead"
+_ORIG_PARAMS = "the FSDP engine builds FSDP1's flat parameters itself (FSDP2 keeps the original ones); leave it false"
+_NO_SYNC = (
+    "gradients are reduced per micro batch on accelerators (on CPU the engine already reduces once per mini batch); "
+    "deferring them is not implemented: leave it false"
+)
+_ASYNC_SAVE = "checkpoints are saved synchronously here (verl saves asynchronously with Megatron only); leave it False"
+_SHUFFLE_SEED = "it seeds the mini-batch shuffle of shuffle=True, which is refused here; leave it at its default"
+_NO_ENTROPY = "the value model computes no entropy (the policy's forward does); leave it at its default"
+
+
+def _engine_block(block: str, role: str) -> dict[str, str]:
+    """The engine-block keys verl 0.9 added that the FSDP engine does not implement, for ``block`` (a dotted path)."""
+    return {
+        f"{block}.use_orig_params": _ORIG_PARAMS,
+        f"{block}.seed": _DETERMINISM_SEED,
+        f"{block}.full_determinism": _DETERMINISM,
+        f"{block}.use_no_sync_for_gradient_accumulation": _NO_SYNC,
+        f"{block}.pad_to_length": _PAD,
+        f"{block}.pad_to_length_bucket": _PAD,
+        f"{block}.forward_only": "the role decides (the actor and critic train, the reference only runs forwards); "
+        "leave it at its default",
+        f"{block}.strategy": _ENGINE_STRATEGY.format(role=role),
+        f"{block}.qat.*": _QAT,
+        f"{block}.turbo_config": _TURBO,
+    }
+
+
 # One table per part of the config (dotted key, or 'section.*' for every key below it -> why it cannot be honoured
 # and what to do instead); UNSUPPORTED joins them.
 
@@ -29,6 +68,40 @@ _ROLE_KEYS: dict[str, str] = {
     "actor_rollout_ref.ref.fsdp_config.fsdp_size": _SHARES_ACTOR_MESH.format(name="fsdp_size"),
     "actor_rollout_ref.ref.fsdp_config.offload_policy": _SHARES_ACTOR_MESH.format(name="offload_policy"),
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload": "the reference has no optimizer; leave it at its default",
+    "actor_rollout_ref.actor.calculate_sum_pi_squared": (
+        "the sum of squared token probabilities feeds verl's optimal-token-baseline estimator, which is not here; "
+        "leave it false"
+    ),
+    "actor_rollout_ref.actor.checkpoint.async_save": _ASYNC_SAVE,
+    "actor_rollout_ref.actor.checkpoint.strict": (
+        "it relaxes verl's Megatron-bridge export of Hugging Face weights, which is not here (every tensor is "
+        "exported); leave it True"
+    ),
+    "actor_rollout_ref.actor.data_loader_seed": _SHUFFLE_SEED,
+    "actor_rollout_ref.actor.freeze_vision_tower": (
+        "freezing a vision-language policy's vision tower is not implemented (verl 0.9 declares the key but reads it "
+        "nowhere either); the whole policy is trained"
+    ),
+    "actor_rollout_ref.actor.pad_to_length": _PAD,
+    "actor_rollout_ref.actor.policy_loss.dro_beta": (
+        "it is the coefficient of verl's DRO loss (loss_mode=dro), which is not here; pick a registered "
+        "policy_loss.loss_mode"
+    ),
+    "actor_rollout_ref.actor.qat.*": _QAT,
+    "actor_rollout_ref.actor.use_prefix_grouper": (
+        "the shared-prefix forward (PrefixGrouper) is not implemented; each response runs with its own prompt"
+    ),
+    **_engine_block("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.actor"),
+    "actor_rollout_ref.ref.pad_to_length": _PAD,
+    **_engine_block("actor_rollout_ref.ref.fsdp_config", "actor_rollout_ref.ref"),
+    "critic.checkpoint.async_save": _ASYNC_SAVE,
+    "critic.data_loader_seed": _SHUFFLE_SEED,
+    **_engine_block("critic.fsdp", "critic"),
+    "critic.fsdp.entropy_from_logits_with_chunking": _NO_ENTROPY,
+    "critic.fsdp.entropy_from_logits_chunk_size": _NO_ENTROPY,
+    "critic.fsdp.entropy_checkpointing": _NO_ENTROPY,
+    "critic.fsdp.use_torch_compile": "it compiles the policy's entropy; the value model has none: leave it at its "
+    "default",
 }
 
 # actor_rollout_ref.rollout, actor_rollout_ref.model (and critic.model), distillation

@@ -122,6 +122,7 @@ class FSDPEngine(TrainingEngine):
         use_fused_kernels: bool = False,
         ulysses_sp_size: int = 1,
         entropy_from_logits_with_chunking: bool = False,
+        entropy_from_logits_chunk_size: int = 2048,
         use_torch_compile: bool = False,
         entropy_checkpointing: bool = False,
         sequence_parallel: FSDPUlyssesShardingManager | None = None,
@@ -156,7 +157,9 @@ class FSDPEngine(TrainingEngine):
             check_fusable_head(module)
         if entropy_from_logits_with_chunking:
             # as in verl, chunking (for memory) takes precedence over compiling (for speed)
-            self._entropy_fn = verl_F.entropy_from_logits_with_chunking
+            self._entropy_fn = functools.partial(
+                verl_F.entropy_from_logits_with_chunking, chunk_size=entropy_from_logits_chunk_size
+            )
         elif use_torch_compile and kind == "policy":
             # one fused reduction kernel, forward and backward; dynamic shapes: micro-batches vary in length
             self._entropy_fn = _compiled_entropy
@@ -220,13 +223,15 @@ class FSDPEngine(TrainingEngine):
                 "use_fused_kernels": section.use_fused_kernels,
                 "ulysses_sp_size": section.ulysses_sequence_parallel_size,
                 "entropy_from_logits_with_chunking": section.entropy_from_logits_with_chunking,
+                "entropy_from_logits_chunk_size": section.entropy_from_logits_chunk_size,
                 "use_torch_compile": section.use_torch_compile,
                 "entropy_checkpointing": section.entropy_checkpointing,
                 "remove_padding_key": "actor_rollout_ref.model.use_remove_padding",
             }
         elif role == "critic":
             trainable, kind, auto_cls, lora_task = True, "value", AutoModelForTokenClassification, "TOKEN_CLS"
-            fsdp_config, strategy = model_cfg.fsdp_config, config.strategy
+            # verl 0.9's block (the section unified it with v0.4's critic.model.fsdp_config when it was built)
+            fsdp_config, strategy = config.fsdp, config.strategy
             mesh_fsdp_size, sp_size = fsdp_config.fsdp_size, config.ulysses_sequence_parallel_size
             lora, liger_key = (model_cfg if model_cfg.is_lora else None), None
             cpu_offload, train_section, processing_class = None, config, files.tokenizer

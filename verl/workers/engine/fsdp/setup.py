@@ -136,35 +136,61 @@ def cpu_fused_adamw(params: list[torch.Tensor]) -> dict:
     return {}
 
 
+def optimizer_class(optim_config: OptimConfig) -> type:
+    """The class ``optim.optimizer`` names in the module ``optim.optimizer_impl`` (torch.optim's AdamW by default)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(optim_config.optimizer_impl)
+    except ImportError as exc:
+        raise ValueError(
+            f"optim.optimizer_impl={optim_config.optimizer_impl!r} cannot be imported ({exc}); install it or use "
+            "torch.optim"
+        ) from exc
+    cls = getattr(module, optim_config.optimizer, None)
+    if not isinstance(cls, type) or not issubclass(cls, torch.optim.Optimizer):
+        raise ValueError(
+            f"optim.optimizer={optim_config.optimizer!r} is not an optimizer class of {optim_config.optimizer_impl} "
+            "(e.g. AdamW)"
+        )
+    return cls
+
+
 def build_optimizer(module: torch.nn.Module, optim_config: OptimConfig):
-    """AdamW plus the warmup scheduler ``optim.warmup_style`` names (constant or cosine)."""
+    """The optimizer ``optim.optimizer_impl``.``optim.optimizer`` names (lr, weight_decay, betas for the Adam family,
+    then ``override_optimizer_config``) and the warmup scheduler ``optim.lr_scheduler_type`` names (constant or
+    cosine)."""
     from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
     params = [p for p in module.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params,
-        lr=optim_config.lr,
-        betas=tuple(optim_config.betas),
-        weight_decay=optim_config.weight_decay,
-        **cpu_fused_adamw(params),
-    )
+    cls = optimizer_class(optim_config)
+    kwargs = {"lr": optim_config.lr, "weight_decay": optim_config.weight_decay}
+    if "adam" in optim_config.optimizer.lower():  # the moment estimates' decay rates (verl passes them alike)
+        kwargs["betas"] = tuple(optim_config.betas)
+    if cls is torch.optim.AdamW:
+        kwargs.update(cpu_fused_adamw(params))
+    kwargs.update(optim_config.override_optimizer_config or {})
+    optimizer = cls(params, **kwargs)
     total_steps = optim_config.total_training_steps
     warmup_steps = optim_config.warmup_steps()
-    style = optim_config.warmup_style
+    style = optim_config.lr_scheduler_type
     if style == "constant":
         scheduler = get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup_steps)
     elif style == "cosine":
         if total_steps <= 0:
-            raise ValueError("optim.warmup_style=cosine needs optim.total_training_steps > 0 (the trainer sets it)")
+            raise ValueError(
+                "optim.lr_scheduler_type=cosine needs optim.total_training_steps > 0 (the trainer sets it)"
+            )
         scheduler = get_cosine_schedule_with_warmup(
             optimizer,
             num_warmup_steps=warmup_steps,
             num_training_steps=total_steps,
             min_lr_ratio=optim_config.min_lr_ratio or 0.0,
             num_cycles=optim_config.num_cycles,
+            zero_indexed_step=optim_config.zero_indexed_step,
         )
     else:
-        raise ValueError(f"optim.warmup_style={style!r} is not supported; expected 'constant' or 'cosine'")
+        raise ValueError(f"optim.lr_scheduler_type={style!r} is not supported; expected 'constant' or 'cosine'")
     return optimizer, scheduler
 
 
