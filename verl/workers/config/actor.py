@@ -84,7 +84,7 @@ class ActorConfig(BaseConfig):
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    use_remove_padding: bool = False
+    use_remove_padding: bool = True
     use_fused_kernels: bool = False
     rollout_n: int = 1
     tau_pos: float = 1.0

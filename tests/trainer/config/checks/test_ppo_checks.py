@@ -1093,7 +1093,7 @@ def test_actor_packs_by_its_own_key(base_cfg):
     sp = {"actor_rollout_ref__actor__ulysses_sequence_parallel_size": 2}
     check_ppo_config(_with(base_cfg, actor_rollout_ref__actor__use_remove_padding=True, **sp))
     with pytest.raises(ConfigError, match=r"needs actor_rollout_ref.model.use_remove_padding=True"):
-        check_ppo_config(_with(base_cfg, **sp))
+        check_ppo_config(_with(base_cfg, actor_rollout_ref__model__use_remove_padding=False, **sp))
     with pytest.raises(ConfigError, match=r"needs actor_rollout_ref.actor.use_remove_padding=True"):
         check_ppo_config(
             _with(
