@@ -51,11 +51,8 @@ KNOWN_GAPS: dict[str, str] = {
     "examples/gpg_trainer/run_qwen2-7b_math.sh@9bc2e8e20d8e9a71202744401354d139f77faf92": (
         "Could not override 'actor_rollout_ref.actor.use_gpg_loss'"
     ),
-    "examples/grpo_trainer/run_qwen2_5_vl-7b_lora.sh@0315b053f1840b34037f7a68cc35e962c09af840": (
-        "Could not override 'actor_rollout_ref.model.exclude_modules'"
-    ),
     "examples/ppo_trainer/run_deepseek7b_llm.sh@3bf8cd518cfba9d1885d5148d621747c279d7523": (
-        "Could not override 'actor_rollout_ref.rollout.quantization'"
+        "Could not override 'trainer.use_legacy_worker_impl'"
     ),
     "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh@a8a32e9224e3c75c0d5aa3c777c230dea74e0410": (
         "Could not override 'reward_model.sandbox_fusion_url'"
@@ -63,13 +60,13 @@ KNOWN_GAPS: dict[str, str] = {
     "examples/rollout_correction/run_with_rollout_corr.sh@b5c19ff7f24c62747a6bbf1145d478269bf826f9": (
         "Could not override 'algorithm.rollout_correction.bypass_old_logprob_for_rollout'"
     ),
-    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_tool_agent_mlflow.sh@95e193ea98c67b14d8738b9bbdaae406213d1b37": (
-        "Could not override 'actor_rollout_ref.rollout.trace.backend'"
-    ),
     "examples/sglang_multiturn/run_qwen2_3b_dapo_multiturn.sh@82fb1ae6d1ea2090b6cbc8f9f7911f77ae351d82": (
         "Could not override 'algorithm.dynamic_filter.enable'"
     ),
     # values main_ppo's check refuses
+    "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_tool_agent_mlflow.sh@95e193ea98c67b14d8738b9bbdaae406213d1b37": (
+        "actor_rollout_ref.rollout.trace.backend='mlflow': not implemented here"
+    ),
     "examples/grpo_trainer/run_qwen3-1.7b.sh@7663ce50eb768b7d35e6c64dc0be4235a1aa4151": (
         "actor_rollout_ref.model.use_liger=True: the Liger kernels are applied only by the SFT trainer here"
     ),

@@ -13,16 +13,28 @@ from verl.workers.config.checkpoint import CheckpointConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, McoreCriticConfig
 from verl.workers.config.engine import FSDPConfig, FSDPEngineConfig, McoreEngineConfig, MegatronConfig, WrapPolicyConfig
 from verl.workers.config.errors import ConfigError
-from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
+from verl.workers.config.model import (
+    CriticModelConfig,
+    FusedKernelOptions,
+    HFModelConfig,
+    MegatronLoraConfig,
+    MtpConfig,
+    RewardModelModelConfig,
+    TiledMlpConfig,
+)
 from verl.workers.config.optimizer import CriticOptimConfig, FSDPOptimizerConfig, McoreOptimizerConfig, OptimConfig
 from verl.workers.config.reward import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
 from verl.workers.config.rollout import (
     AgentLoopConfig,
     CheckpointEngineConfig,
+    CustomAsyncServerConfig,
+    DisaggregationConfig,
     EngineKwargsConfig,
     MultiTurnConfig,
+    PrometheusConfig,
     RolloutConfig,
     SamplingConfig,
+    TraceConfig,
 )
 
 __all__ = [
@@ -35,6 +47,8 @@ __all__ = [
     "CriticConfig",
     "CriticModelConfig",
     "CriticOptimConfig",
+    "CustomAsyncServerConfig",
+    "DisaggregationConfig",
     "EngineKwargsConfig",
     "FSDPActorConfig",
     "FSDPConfig",
@@ -48,15 +62,20 @@ __all__ = [
     "McoreEngineConfig",
     "McoreOptimizerConfig",
     "MegatronConfig",
+    "MegatronLoraConfig",
+    "MtpConfig",
     "MultiTurnConfig",
     "OptimConfig",
     "OverlongBufferConfig",
     "PolicyLossConfig",
+    "PrometheusConfig",
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
     "SamplingConfig",
     "SandboxFusionConfig",
+    "TiledMlpConfig",
+    "TraceConfig",
     "WrapPolicyConfig",
 ]
