@@ -59,6 +59,8 @@ _SAPO = "loss_mode=sapo (test_trainer_inprocess::test_newer_policy_losses_one_st
 _NSIGHT = "refused when changed from its default (checks.runtime_support; test_ppo_checks)"
 _LORA_KEYS = "lora_rank > 0 (tests/workers/engine/fsdp/test_setup.py::test_lora_*); refused without (checks.lora)"
 _SERVED_OFF = "inert while its block's switch, refused when on, is off (checks.unsupported_keys)"
+_FOLLOWS_ROLLOUT = "refused when set apart from the rollout's value it follows (checks.distillation)"
+_TEACHER = "distillation.teacher_models.teacher_model.inference"
 REF = "actor_rollout_ref.ref"
 
 # key (or 'prefix.*') -> where it is honoured or refused, for keys the runs above do not read.
@@ -115,6 +117,10 @@ NOT_READ_HERE: dict[str, str] = {
     "critic.model.lora_adapter_path": _LORA_KEYS,
     "actor_rollout_ref.model.lora.merge": "the hand-off always merges the adapter into the weights it sends "
     "(merge=True's way; with False verl sends it apart, the same policy): docs/lora.md",
+    **{
+        f"{_TEACHER}.{key}": _FOLLOWS_ROLLOUT
+        for key in ("name", "dtype", "prompt_length", "response_length", "temperature")
+    },
     # the hf_multi_turn run's random model writes no tool call, so these are never consulted (its first turn ends
     # at a stop token, so max_assistant_turns and max_user_turns are)
     f"{MT}.max_parallel_calls": _MT_LOOP,

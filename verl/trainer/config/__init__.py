@@ -39,6 +39,13 @@ from verl.workers.config.actor import ActorConfig, FSDPActorConfig, McoreActorCo
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.checkpoint import CheckpointConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, McoreCriticConfig
+from verl.workers.config.distillation import (
+    DistillationConfig,
+    DistillationLossConfig,
+    DistillationTeacherInferenceConfig,
+    DistillationTeacherModelConfig,
+    DistillationTeacherModelsConfig,
+)
 from verl.workers.config.engine import (
     FSDPConfig,
     FSDPEngineConfig,
@@ -120,6 +127,11 @@ __all__ = [
     "WrapPolicyConfig",
     "CustomAsyncServerConfig",
     "DisaggregationConfig",
+    "DistillationConfig",
+    "DistillationLossConfig",
+    "DistillationTeacherInferenceConfig",
+    "DistillationTeacherModelConfig",
+    "DistillationTeacherModelsConfig",
     "FSDPActorConfig",
     "FSDPCriticConfig",
     "FSDPEngineConfig",
@@ -151,6 +163,7 @@ class PPOConfig(BaseConfig):
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -11,6 +11,13 @@ from verl.workers.config.actor import ActorConfig, FSDPActorConfig, McoreActorCo
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.checkpoint import CheckpointConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, McoreCriticConfig
+from verl.workers.config.distillation import (
+    DistillationConfig,
+    DistillationLossConfig,
+    DistillationTeacherInferenceConfig,
+    DistillationTeacherModelConfig,
+    DistillationTeacherModelsConfig,
+)
 from verl.workers.config.engine import FSDPConfig, FSDPEngineConfig, McoreEngineConfig, MegatronConfig, WrapPolicyConfig
 from verl.workers.config.errors import ConfigError
 from verl.workers.config.model import (
@@ -49,6 +56,11 @@ __all__ = [
     "CriticOptimConfig",
     "CustomAsyncServerConfig",
     "DisaggregationConfig",
+    "DistillationConfig",
+    "DistillationLossConfig",
+    "DistillationTeacherInferenceConfig",
+    "DistillationTeacherModelConfig",
+    "DistillationTeacherModelsConfig",
     "EngineKwargsConfig",
     "FSDPActorConfig",
     "FSDPConfig",

@@ -1,4 +1,4 @@
-"""verl 0.9's keys of actor_rollout_ref.rollout, actor_rollout_ref.model, critic.model: the ones this
+"""verl 0.9's keys of actor_rollout_ref.rollout, actor_rollout_ref.model, critic.model and distillation: the ones this
 project honours are accepted (and checked), the others refused before Ray with the key and the reason."""
 
 import json
@@ -15,6 +15,7 @@ assets, base_cfg, _with = test_ppo_checks.assets, test_ppo_checks.base_cfg, test
 
 R = "actor_rollout_ref__rollout"
 M = "actor_rollout_ref__model"
+TEACHER = "distillation__teacher_models__teacher_model"
 
 
 def _refused(cfg, *expected):
@@ -46,6 +47,11 @@ def _refused(cfg, *expected):
         ({"critic__model__use_liger": True}, ["critic.model.use_liger=True"]),
         ({"critic__model__use_fused_kernels": True}, ["critic.model.use_fused_kernels=True"]),
         ({"critic__model__custom_chat_template": "{{ x }}"}, ["critic.model.custom_chat_template"]),
+        ({"distillation__enabled": True}, ["distillation.enabled=True", "on-policy distillation is not implemented"]),
+        ({"distillation__distillation_loss__loss_mode": "k1"}, ["distillation.distillation_loss", "not implemented"]),
+        ({f"{TEACHER}__model_path": "/teacher"}, ["teacher_model.model_path='/teacher'", "distillation"]),
+        ({f"{TEACHER}__inference__temperature": 0.5}, ["inference.temperature=0.5", "follows"]),
+        ({"distillation__teacher_models__teacher2": {"key": "x"}}, ["distillation.teacher_models.teacher2"]),
         ({f"{M}__exclude_modules": ".*visual.*"}, ["exclude_modules='.*visual.*'", "lora_rank=0"]),
         ({f"{M}__lora_adapter_path": "/a"}, ["lora_adapter_path='/a'", "lora_rank=0"]),
     ],
@@ -55,7 +61,8 @@ def test_keys_without_a_runtime_here_are_refused(base_cfg, updates, expected):
 
 
 def test_keys_honoured_here_are_accepted(base_cfg):
-    """Engine keys the vLLM rollout passes on, the hand-off's merge, LoRA's exclude list."""
+    """Engine keys the vLLM rollout passes on, the hand-off's merge, LoRA's exclude list, and keys that follow the
+    rollout by interpolation (a teacher's, which only a changed value of their own would be refused for)."""
     check_ppo_config(
         _with(
             base_cfg,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from verl.trainer.config import ConfigError
 from verl.trainer.config.checks.data import check_data_files
+from verl.trainer.config.checks.distillation import check_distillation
 from verl.trainer.config.checks.lora import check_lora
 from verl.trainer.config.checks.megatron import check_megatron, check_megatron_model
 from verl.trainer.config.checks.multi_turn import check_multi_turn
@@ -694,10 +695,17 @@ def _check_lora(config, ctx: _Context) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def _check_distillation(config, ctx: _Context) -> None:
+    problems = check_distillation(config)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_runtime_support,
     _check_unsupported_keys,
     _check_rollout_correction,
+    _check_distillation,
     _check_lora,
     _check_choices,
     _check_megatron,

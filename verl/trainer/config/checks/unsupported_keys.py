@@ -43,6 +43,13 @@ _MEGATRON_LORA = (
 )
 _MTP = "multi-token prediction (training the MTP layers, speculative decoding with them) is not implemented here"
 _TILED_MLP = "the tiled MLP is not implemented here; enable_gradient_checkpointing saves activation memory instead"
+_DISTILLATION = "on-policy distillation is not implemented yet; leave the distillation section at its defaults"
+_TEACHER_INFERENCE = (
+    "gpu_memory_utilization", "enforce_eager", "cudagraph_capture_sizes", "free_cache_engine", "data_parallel_size",
+    "expert_parallel_size", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len", "max_num_seqs",
+    "load_format", "engine_kwargs", "limit_images", "enable_chunked_prefill", "enable_prefix_caching",
+    "disable_log_stats", "skip_tokenizer_init",
+)  # fmt: skip
 # model.lora: all but `merge`, which the hand-off honours (it always merges)
 _MEGATRON_LORA_KEYS = (
     "type", "rank", "alpha", "dropout", "target_modules", "exclude_modules", "dropout_position",
@@ -112,6 +119,16 @@ _ROLLOUT_MODEL_KEYS: dict[str, str] = {
     "critic.model.lora.*": _MEGATRON_LORA.format(model="critic.model"),
     "critic.model.mtp.*": _MTP,
     "critic.model.tiled_mlp.*": _TILED_MLP,
+    "distillation.enabled": _DISTILLATION,
+    "distillation.distillation_loss.*": _DISTILLATION,
+    "distillation.n_gpus_per_node": _DISTILLATION,
+    "distillation.nnodes": _DISTILLATION,
+    "distillation.teacher_key": _DISTILLATION,
+    **{
+        f"distillation.teacher_models.teacher_model.{name}": _DISTILLATION
+        for name in ("key", "model_path", "num_replicas")
+    },
+    **{f"distillation.teacher_models.teacher_model.inference.{name}": _DISTILLATION for name in _TEACHER_INFERENCE},
 }
 
 # reward, reward_model, custom_reward_function, sandbox_fusion
