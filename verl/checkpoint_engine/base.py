@@ -7,7 +7,8 @@ of at most ``bucket_bytes``: a tensor larger than a bucket is split over several
 so neither side ever holds more than one bucket plus one tensor beyond its model.
 
 A transport implements :class:`CheckpointEngine` and registers itself under the
-``actor_rollout_ref.rollout.checkpoint_engine.backend`` names it serves (:func:`register_checkpoint_engine`).
+``actor_rollout_ref.rollout.checkpoint_engine.backend`` names it serves (:func:`register_checkpoint_engine`); a
+transport of the user's registers itself when ``checkpoint_engine.custom_backend_module`` is imported.
 """
 
 from __future__ import annotations
@@ -60,9 +61,19 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def get_checkpoint_engine_cls(backend: str, key: str = "actor_rollout_ref.rollout.checkpoint_engine.backend"):
-    """The :class:`CheckpointEngine` registered for ``backend`` (after :func:`resolve_backend`)."""
+def get_checkpoint_engine_cls(
+    backend: str,
+    key: str = "actor_rollout_ref.rollout.checkpoint_engine.backend",
+    custom_backend_module: str | None = None,
+):
+    """The :class:`CheckpointEngine` registered for ``backend`` (after :func:`resolve_backend`), once the built-in
+    transports and ``custom_backend_module`` (``checkpoint_engine.custom_backend_module``) have registered theirs."""
+    import importlib
+
     from verl.checkpoint_engine import collective, local  # noqa: F401  (registers the built-in transports)
+
+    if custom_backend_module:
+        importlib.import_module(custom_backend_module)
 
     name = resolve_backend(backend)
     if name not in _REGISTRY:
@@ -71,12 +82,18 @@ def get_checkpoint_engine_cls(backend: str, key: str = "actor_rollout_ref.rollou
 
 
 def build_checkpoint_engine(
-    backend: str, rank: int, world_size: int, bucket_megabytes: float, engine_kwargs: dict | None = None
+    backend: str,
+    rank: int,
+    world_size: int,
+    bucket_megabytes: float,
+    engine_kwargs: dict | None = None,
+    custom_backend_module: str | None = None,
 ) -> CheckpointEngine:
     """The checkpoint engine ``backend`` names (``checkpoint_engine.backend``), as transfer ``rank`` of
     ``world_size``, with buckets of ``bucket_megabytes`` MiB (``update_weights_bucket_megabytes``) and the backend's
-    entry of ``engine_kwargs`` (``checkpoint_engine.engine_kwargs.<backend>``)."""
-    cls = get_checkpoint_engine_cls(backend)
+    entry of ``engine_kwargs`` (``checkpoint_engine.engine_kwargs.<backend>``); ``custom_backend_module`` is imported
+    first (``checkpoint_engine.custom_backend_module``)."""
+    cls = get_checkpoint_engine_cls(backend, custom_backend_module=custom_backend_module)
     name = resolve_backend(backend)
     kwargs = dict((engine_kwargs or {}).get(name) or {})
     kwargs.setdefault("backend", name)

@@ -158,7 +158,8 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
 
     typed = PPOConfig.from_config(config)
     model_cfg = typed.actor_rollout_ref.model
-    local_path = copy_to_local(model_cfg.path, use_shm=model_cfg.use_shm)
+    # the data's tokenizer is the policy's (model.tokenizer_path, else the model's own folder)
+    local_path = copy_to_local(model_cfg.tokenizer_path or model_cfg.path, use_shm=model_cfg.use_shm)
     trust = typed.data.trust_remote_code
     tokenizer = hf_tokenizer(local_path, trust_remote_code=trust)
     processor = hf_processor(local_path, trust_remote_code=trust, use_fast=True)

@@ -108,7 +108,8 @@ def _missing_or_different(expected: dict, built: dict, prefix: str = "") -> list
             continue
         if key not in built:
             problems.append(f"{prefix}{key}: missing")
-        elif isinstance(value, dict) and value and isinstance(built[key], dict):
+        elif isinstance(value, dict) and isinstance(built[key], dict):
+            # an empty mapping leaves every key of a typed section to the class (a teacher's `engine_kwargs: {}`)
             problems += _missing_or_different(value, built[key], f"{prefix}{key}.")
         elif built[key] != value:
             problems.append(f"{prefix}{key}: {built[key]!r} != YAML {value!r}")

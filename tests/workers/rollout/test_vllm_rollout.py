@@ -440,6 +440,50 @@ def test_free_cache_engine_leaves_bf16_generation_unchanged(tmp_path, tokenizer)
             assert torch.equal(released.batch[key], kept.batch[key]), (step, key)
 
 
+def test_engine_keys_and_tokenizer_and_config_folders_of_their_own(tmp_path, model_dir, tokenizer, hf_model):
+    """rollout.enable_prefix_caching and scheduling_policy reach vLLM's engine; model.tokenizer_path and
+    model.hf_config_path (folders apart from the weights, which then hold no config.json) are what it reads; it still
+    generates what the HF model does after a hand-off."""
+    import shutil
+
+    weights, config_dir, tokenizer_dir = tmp_path / "weights", tmp_path / "config", tmp_path / "tokenizer"
+    shutil.copytree(model_dir, weights)
+    config_dir.mkdir()
+    shutil.move(weights / "config.json", config_dir / "config.json")
+    tokenizer.save_pretrained(tokenizer_dir)
+    config = rollout_config(calculate_log_probs=False, enable_prefix_caching=False, scheduling_policy="priority")
+    rollout = vLLMRollout(
+        str(weights),
+        config,
+        tokenizer,
+        hf_model.config,
+        tokenizer_path=str(tokenizer_dir),
+        hf_config_path=str(config_dir),
+    )
+    engine_config = rollout.inference_engine.llm_engine.vllm_config
+    assert engine_config.cache_config.enable_prefix_caching is False
+    assert engine_config.scheduler_config.policy == "priority"
+    assert engine_config.model_config.hf_config_path == str(config_dir)
+    assert engine_config.model_config.tokenizer == str(tokenizer_dir)
+    manager = FSDPVLLMShardingManager(hf_model, rollout, hf_model.config)
+    prompts = make_prompts(tokenizer, do_sample=False)
+    with manager:
+        out = rollout.generate_sequences(prompts)
+    assert torch.equal(out.batch["responses"], hf_greedy(hf_model, prompts).batch["responses"])
+
+
+def test_cudagraph_capture_sizes_become_the_compilation_configs():
+    """rollout.cudagraph_capture_sizes: vLLM's compilation_config capture sizes, on top of one given in
+    engine_kwargs.vllm (a dict or its JSON); nothing when neither is set."""
+    from verl.workers.rollout.vllm_rollout.vllm_rollout_spmd import _compilation_config
+
+    assert _compilation_config(None, None) == {}
+    assert _compilation_config([1, 2, 4], None) == {"cudagraph_capture_sizes": [1, 2, 4]}
+    given = '{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [8]}'
+    assert _compilation_config([1, 2], given) == {"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 2]}
+    assert _compilation_config(None, {"cudagraph_mode": "PIECEWISE"}) == {"cudagraph_mode": "PIECEWISE"}
+
+
 # ------------------------------------------------------------------ 2-rank FSDP2 hand-off
 WORLD = 2
 

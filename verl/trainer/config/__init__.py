@@ -75,3 +75,27 @@ class PPOConfig(BaseConfig):
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._name_the_standalone_rollout_pool()
+
+    def _name_the_standalone_rollout_pool(self) -> None:
+        """verl 0.9 names a standalone rollout's pool at ``actor_rollout_ref.rollout.nnodes`` / ``n_gpus_per_node``;
+        verl's one-step-off recipe (and this project before) at the top-level ``rollout`` block, which every reader of
+        the pool uses. ``actor_rollout_ref.rollout.nnodes > 0`` copies the former into the latter; a top-level
+        block set to something else as well is a conflict."""
+        arr_rollout = self.actor_rollout_ref.rollout
+        if arr_rollout.nnodes <= 0:
+            return
+        pool, default = self.rollout, RolloutPoolConfig()
+        wanted = (arr_rollout.nnodes, arr_rollout.n_gpus_per_node)
+        given = (pool.nnodes, pool.n_gpus_per_node)
+        if given != wanted and given != (default.nnodes, default.n_gpus_per_node):
+            raise ConfigError(
+                f"actor_rollout_ref.rollout.nnodes={wanted[0]} and n_gpus_per_node={wanted[1]} name the standalone "
+                f"rollout's pool, and so do rollout.nnodes={given[0]} and rollout.n_gpus_per_node={given[1]}; set one "
+                "of the two places (leave the other at its defaults)"
+            )
+        pool.nnodes, pool.n_gpus_per_node = wanted

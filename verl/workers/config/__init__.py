@@ -11,6 +11,13 @@ from verl.workers.config.actor import ActorConfig, FSDPActorConfig, McoreActorCo
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.checkpoint import CheckpointConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, McoreCriticConfig
+from verl.workers.config.distillation import (
+    DistillationConfig,
+    DistillationLossConfig,
+    DistillationTeacherInferenceConfig,
+    DistillationTeacherModelConfig,
+    DistillationTeacherModelsConfig,
+)
 from verl.workers.config.engine import (
     FSDPConfig,
     FSDPEngineConfig,
@@ -20,16 +27,28 @@ from verl.workers.config.engine import (
     WrapPolicyConfig,
 )
 from verl.workers.config.errors import ConfigError
-from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
+from verl.workers.config.model import (
+    CriticModelConfig,
+    FusedKernelOptions,
+    HFModelConfig,
+    MegatronLoraConfig,
+    MtpConfig,
+    RewardModelModelConfig,
+    TiledMlpConfig,
+)
 from verl.workers.config.optimizer import CriticOptimConfig, FSDPOptimizerConfig, McoreOptimizerConfig, OptimConfig
 from verl.workers.config.reward import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
 from verl.workers.config.rollout import (
     AgentLoopConfig,
     CheckpointEngineConfig,
+    CustomAsyncServerConfig,
+    DisaggregationConfig,
     EngineKwargsConfig,
     MultiTurnConfig,
+    PrometheusConfig,
     RolloutConfig,
     SamplingConfig,
+    TraceConfig,
 )
 
 __all__ = [
@@ -42,6 +61,13 @@ __all__ = [
     "CriticConfig",
     "CriticModelConfig",
     "CriticOptimConfig",
+    "CustomAsyncServerConfig",
+    "DisaggregationConfig",
+    "DistillationConfig",
+    "DistillationLossConfig",
+    "DistillationTeacherInferenceConfig",
+    "DistillationTeacherModelConfig",
+    "DistillationTeacherModelsConfig",
     "EngineKwargsConfig",
     "FSDPActorConfig",
     "FSDPConfig",
@@ -55,16 +81,21 @@ __all__ = [
     "McoreEngineConfig",
     "McoreOptimizerConfig",
     "MegatronConfig",
+    "MegatronLoraConfig",
+    "MtpConfig",
     "MultiTurnConfig",
     "OptimConfig",
     "OverlongBufferConfig",
     "PolicyLossConfig",
     "QATEngineConfig",
+    "PrometheusConfig",
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
     "SamplingConfig",
     "SandboxFusionConfig",
+    "TiledMlpConfig",
+    "TraceConfig",
     "WrapPolicyConfig",
 ]

@@ -35,12 +35,14 @@ def load_hf_config(local_path: str, tokenizer, override_config, trust_remote_cod
 @dataclass
 class PretrainedFiles:
     """A model's local folder, its tokenizer, its (overridden) HF config and, for a vision-language model, its
-    processor."""
+    processor; ``tokenizer_path`` / ``hf_config_path``: the local folders those came from when not ``local_path``."""
 
     local_path: str
     tokenizer: object
     hf_config: object
     processor: object = None
+    tokenizer_path: str | None = None
+    hf_config_path: str | None = None
 
 
 def policy_auto_class(hf_config):
@@ -61,14 +63,17 @@ def load_pretrained(
     use_shm: bool = False,
     trust_remote_code: bool = False,
     tokenizer_path: str | None = None,
+    hf_config_path: str | None = None,
     override_config: dict | None = None,
     chat_template: str | None = None,
     **config_kwargs,
 ) -> PretrainedFiles:
     """Copy a model folder local (hdfs://, /dev/shm) and load its tokenizer and HF config.
 
-    The config gets the tokenizer's special-token ids and ``override_config``; ``config_kwargs`` go to
-    ``AutoConfig.from_pretrained`` (e.g. ``num_labels=1`` for value and reward heads).
+    ``tokenizer_path`` (the tokenizer and a vision-language model's processor) and ``hf_config_path`` (config.json)
+    are read from other folders when given (``model.tokenizer_path``, ``model.hf_config_path``). The config gets the
+    tokenizer's special-token ids and ``override_config``; ``config_kwargs`` go to ``AutoConfig.from_pretrained``
+    (e.g. ``num_labels=1`` for value and reward heads).
     """
     from verl.utils.fs import copy_to_local
     from verl.utils.tokenizer import hf_processor, hf_tokenizer
@@ -76,13 +81,21 @@ def load_pretrained(
 
     local_path = copy_to_local(path, use_shm=use_shm)
     tokenizer_local = copy_to_local(tokenizer_path) if tokenizer_path else local_path
+    config_local = copy_to_local(hf_config_path) if hf_config_path else local_path
     tokenizer = hf_tokenizer(tokenizer_local, trust_remote_code=trust_remote_code)
     if chat_template is not None:
         tokenizer.chat_template = chat_template
-    hf_config = load_hf_config(local_path, tokenizer, override_config or {}, trust_remote_code, **config_kwargs)
+    hf_config = load_hf_config(config_local, tokenizer, override_config or {}, trust_remote_code, **config_kwargs)
     processor = None
     if is_vision_language_config(hf_config):
-        processor = hf_processor(local_path, trust_remote_code=trust_remote_code, use_fast=True)
+        processor = hf_processor(tokenizer_local, trust_remote_code=trust_remote_code, use_fast=True)
         if processor is not None and chat_template is not None:
             processor.chat_template = chat_template
-    return PretrainedFiles(local_path, tokenizer, hf_config, processor)
+    return PretrainedFiles(
+        local_path,
+        tokenizer,
+        hf_config,
+        processor,
+        tokenizer_path=tokenizer_local if tokenizer_path else None,
+        hf_config_path=config_local if hf_config_path else None,
+    )

@@ -94,10 +94,13 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             model_cfg.path,
             use_shm=model_cfg.use_shm,
             trust_remote_code=model_cfg.trust_remote_code,
+            tokenizer_path=model_cfg.tokenizer_path,
+            hf_config_path=model_cfg.hf_config_path,
             override_config=model_cfg.override_config,
             chat_template=model_cfg.custom_chat_template,
         )
         self.tokenizer, self.local_path, self.hf_config = files.tokenizer, files.local_path, files.hf_config
+        self._files = files
         self.processor = files.processor  # vision-language models: saved with checkpoints
         return files
 
@@ -138,6 +141,8 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
                 tokenizer=self.tokenizer,
                 model_hf_config=self.hf_config,
                 trust_remote_code=self.config.model.trust_remote_code,
+                tokenizer_path=self._files.tokenizer_path,
+                hf_config_path=self._files.hf_config_path,
             )
             handoff = self.actor_engine.rollout_weight_handoff(
                 rollout, self.hf_config, self.config.rollout, rollout_mesh
@@ -343,6 +348,7 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
             world_size,
             settings.update_weights_bucket_megabytes,
             settings.engine_kwargs,
+            settings.custom_backend_module,
         )
         self.checkpoint_engine.connect(master_addr, master_port)
         return None

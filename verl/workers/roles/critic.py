@@ -54,6 +54,7 @@ class CriticWorker(Worker, DistProfilerExtension):
             use_shm=model_cfg.use_shm,
             trust_remote_code=model_cfg.trust_remote_code,
             tokenizer_path=model_cfg.tokenizer_path,
+            hf_config_path=model_cfg.hf_config_path,
             override_config=model_cfg.override_config,
             num_labels=1,
         )

@@ -100,6 +100,8 @@ def _vllm_rollout(config, files) -> StandaloneRollout:
         tokenizer=files.tokenizer,
         model_hf_config=files.hf_config,
         trust_remote_code=config.model.trust_remote_code,
+        tokenizer_path=files.tokenizer_path,
+        hf_config_path=files.hf_config_path,
     )
     manager = FSDPVLLMShardingManager(
         module=None,

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 
 from verl.trainer.config import ConfigError
 from verl.trainer.config.checks.data import check_data_files
+from verl.trainer.config.checks.distillation import check_distillation
+from verl.trainer.config.checks.lora import check_lora
 from verl.trainer.config.checks.megatron import check_megatron, check_megatron_model
 from verl.trainer.config.checks.multi_turn import check_multi_turn
 from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_reward_model
 from verl.trainer.config.checks.roles import check_role_keys
 from verl.trainer.config.checks.rollout_correction import check_rollout_correction
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
-from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
+from verl.trainer.config.checks.standalone_rollout import check_rollout_pool_keys, check_standalone_rollout
 from verl.trainer.config.checks.unsupported_keys import raise_unsupported
 from verl.trainer.config.checks.vlm import check_vision_language_policy
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
@@ -69,6 +71,7 @@ SGLANG_ROLLOUT_NAMES = ("sglang", "sglang_async")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 DEVICES = ("cpu", "cuda", "npu", "auto")
+SCHEDULING_POLICIES = ("fcfs", "priority")  # vLLM's
 
 
 def _get(config, key: str):
@@ -140,6 +143,7 @@ def _check_choices(config, ctx: _Context) -> None:
     if ctx.use_critic:  # any strategy beside any other (checks.megatron for what megatron cannot do)
         _choice(config, "critic.strategy", STRATEGIES)
     _choice(config, "actor_rollout_ref.rollout.mode", ("sync", "async"))
+    _choice(config, "actor_rollout_ref.rollout.scheduling_policy", SCHEDULING_POLICIES)
     _choice(config, "actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES)
     if ctx.use_critic:
         _choice(config, "critic.loss_agg_mode", LOSS_AGG_MODES)
@@ -259,6 +263,7 @@ def _check_rollout(config, ctx: _Context) -> None:
             )
         if _get(config, "actor_rollout_ref.rollout.val_kwargs.temperature") == 0:
             logger.warning("val_kwargs.do_sample=True with val_kwargs.temperature=0 decodes greedily")
+    _check_cudagraph_capture_sizes(config)
     if name == "vllm" and _get(config, "actor_rollout_ref.rollout.enable_chunked_prefill"):
         max_model_len = _get(config, "actor_rollout_ref.rollout.max_model_len") or (
             _get(config, "actor_rollout_ref.rollout.prompt_length")
@@ -271,6 +276,22 @@ def _check_rollout(config, ctx: _Context) -> None:
                 f"({max_model_len}) when enable_chunked_prefill is on"
             )
     check_multi_turn(config, check_files=ctx.check_paths)
+
+
+def _check_cudagraph_capture_sizes(config) -> None:
+    """vLLM captures CUDA graphs only with ``enforce_eager=False``; a list given while eager would be dropped."""
+    key = "actor_rollout_ref.rollout.cudagraph_capture_sizes"
+    sizes = _get(config, key)
+    if sizes is None:
+        return
+    valid = isinstance(sizes, list | tuple) and sizes
+    if not valid or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in sizes):
+        raise ConfigError(f"{key}={sizes!r} must be null or a non-empty list of batch sizes >= 1")
+    if _get(config, "actor_rollout_ref.rollout.enforce_eager"):
+        raise ConfigError(
+            f"{key}={list(sizes)} with actor_rollout_ref.rollout.enforce_eager=True: eager mode captures no CUDA "
+            "graph; set enforce_eager=False (and free_cache_engine=False), or leave the sizes null"
+        )
 
 
 # ------------------------------------------------------------------------------------------------ batch sizes
@@ -523,6 +544,9 @@ def _check_standalone_rollout(config, ctx: _Context) -> None:
         device = resolve_device_name(_get(config, "trainer.device"))
     except ConfigError:  # reported by _check_device
         device = None
+    pool_keys = check_rollout_pool_keys(config)
+    if pool_keys:
+        raise ConfigError("; ".join(pool_keys))
     problems = check_standalone_rollout(config, device, check_device=ctx.check_device)
     if problems:  # named with the switch that brought them, for a user who only flipped it
         raise ConfigError("actor_rollout_ref.hybrid_engine=False (standalone rollout): " + "; ".join(problems))
@@ -615,7 +639,14 @@ def _check_models(config, ctx: _Context) -> None:
             )
         )
     for path_key, trust_key, sp_key in models:
-        hf_config = _load_hf_config(path_key, _get(config, path_key), _get(config, trust_key))
+        # a model whose config.json lives elsewhere (model.hf_config_path; the reward model has no such key)
+        config_key = path_key.replace(".path", ".hf_config_path")
+        try:
+            config_path = _get(config, config_key)
+        except ConfigError:
+            config_path = None
+        config_key, config_path = (config_key, config_path) if config_path else (path_key, _get(config, path_key))
+        hf_config = _load_hf_config(config_key, config_path, _get(config, trust_key))
         if hf_config is None:
             continue
         text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
@@ -698,11 +729,25 @@ def _check_role_keys(config, ctx: _Context) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def _check_lora(config, ctx: _Context) -> None:
+    problems = check_lora(config, use_critic=ctx.use_critic, check_paths=ctx.check_paths)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def _check_distillation(config, ctx: _Context) -> None:
+    problems = check_distillation(config)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_runtime_support,
     _check_unsupported_keys,
     _check_rollout_correction,
     _check_role_keys,
+    _check_distillation,
+    _check_lora,
     _check_choices,
     _check_megatron,
     _check_estimator,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["check_standalone_rollout", "rollout_pool_processes"]
+__all__ = ["check_rollout_pool_keys", "check_standalone_rollout", "rollout_pool_processes"]
 
 _HE = "actor_rollout_ref.hybrid_engine"
 
@@ -17,6 +17,27 @@ _HE = "actor_rollout_ref.hybrid_engine"
 def rollout_pool_processes(config) -> int:
     """Worker processes of the rollout pool (``config``: the typed PPO config)."""
     return config.rollout.nnodes * config.rollout.n_gpus_per_node
+
+
+def check_rollout_pool_keys(config) -> list[str]:
+    """verl 0.9's place for the standalone pool, ``actor_rollout_ref.rollout.nnodes`` / ``n_gpus_per_node`` (the
+    typed config copies them to the top-level block when nnodes > 0): read only for a standalone rollout, so a value
+    that would do nothing is refused."""
+    key = "actor_rollout_ref.rollout"
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.nnodes < 0:
+        return [f"{key}.nnodes={rollout.nnodes} must be >= 0 (0: the top-level rollout block names the pool)"]
+    if rollout.nnodes > 0 and config.actor_rollout_ref.hybrid_engine:
+        return [
+            f"{key}.nnodes={rollout.nnodes} names a standalone rollout's pool, but {_HE}=True runs the rollout in the "
+            f"actor's workers; set {_HE}=False for a pool of its own, or leave nnodes=0"
+        ]
+    if rollout.nnodes == 0 and rollout.n_gpus_per_node != config.trainer.n_gpus_per_node:
+        return [
+            f"{key}.n_gpus_per_node={rollout.n_gpus_per_node} is read only with {key}.nnodes > 0 (a standalone "
+            f"rollout's pool); set nnodes too, or use the top-level rollout.n_gpus_per_node"
+        ]
+    return []
 
 
 def check_standalone_rollout(config, device: str | None, check_device: bool = True) -> list[str]:
@@ -82,7 +103,10 @@ def _checkpoint_engine_problems(engine, device: str | None) -> list[str]:
     key = "actor_rollout_ref.rollout.checkpoint_engine"
     problems = []
     try:
-        get_checkpoint_engine_cls(engine.backend)
+        get_checkpoint_engine_cls(engine.backend, custom_backend_module=engine.custom_backend_module)
+    except ImportError as err:
+        problems.append(f"{key}.custom_backend_module={engine.custom_backend_module!r} cannot be imported: {err}")
+        return problems
     except ValueError as err:
         problems.append(str(err))
     else:

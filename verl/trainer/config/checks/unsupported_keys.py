@@ -104,8 +104,105 @@ _ROLE_KEYS: dict[str, str] = {
     "default",
 }
 
+_ROLLOUT = "actor_rollout_ref.rollout"
+_SERVER_MODE = (
+    "verl's server-mode rollout (engines behind HTTP servers and a router); here each worker drives its engine in "
+    "process, so leave it at its default"
+)
+_MOE_ROLLOUT = "the rollout here has no expert, pipeline or in-replica data parallelism; leave it at 1"
+_MEGATRON_LORA = (
+    "verl's Megatron (megatron-bridge) LoRA; LoRA here is the FSDP engine's: set {model}.lora_rank, lora_alpha, "
+    "target_modules and exclude_modules instead"
+)
+_MTP = "multi-token prediction (training the MTP layers, speculative decoding with them) is not implemented here"
+_TILED_MLP = "the tiled MLP is not implemented here; enable_gradient_checkpointing saves activation memory instead"
+_DISTILLATION = "on-policy distillation is not implemented yet; leave the distillation section at its defaults"
+_TEACHER_INFERENCE = (
+    "gpu_memory_utilization", "enforce_eager", "cudagraph_capture_sizes", "free_cache_engine", "data_parallel_size",
+    "expert_parallel_size", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len", "max_num_seqs",
+    "load_format", "engine_kwargs", "limit_images", "enable_chunked_prefill", "enable_prefix_caching",
+    "disable_log_stats", "skip_tokenizer_init",
+)  # fmt: skip
+# model.lora: all but `merge`, which the hand-off honours (it always merges)
+_MEGATRON_LORA_KEYS = (
+    "type", "rank", "alpha", "dropout", "target_modules", "exclude_modules", "dropout_position",
+    "lora_A_init_method", "lora_B_init_method", "a2a_experimental", "dtype", "adapter_path", "freeze_vision_model",
+    "freeze_vision_projection", "freeze_language_model",
+)  # fmt: skip
+
 # actor_rollout_ref.rollout, actor_rollout_ref.model (and critic.model), distillation
-_ROLLOUT_MODEL_KEYS: dict[str, str] = {}
+_ROLLOUT_MODEL_KEYS: dict[str, str] = {
+    f"{_ROLLOUT}.full_determinism": (
+        "batch-invariant sampling (vLLM's batch-invariant kernels, a seed per request) is not implemented here; "
+        "actor_rollout_ref.rollout.seed already makes the sampling of a given batch repeatable"
+    ),
+    f"{_ROLLOUT}.data_parallel_size": _MOE_ROLLOUT + " (every tensor_model_parallel_size ranks run an engine of their "
+    "own, so the rollout is data-parallel across them already)",
+    f"{_ROLLOUT}.expert_parallel_size": _MOE_ROLLOUT,
+    f"{_ROLLOUT}.pipeline_model_parallel_size": _MOE_ROLLOUT,
+    f"{_ROLLOUT}.over_sample_rate": (
+        "aborting a generation's last requests is not implemented: every response is generated to its end"
+    ),
+    f"{_ROLLOUT}.engine_kwargs.trtllm": "there is no TensorRT-LLM rollout here (rollout.name is hf or vllm)",
+    f"{_ROLLOUT}.router_config_path": _SERVER_MODE,
+    f"{_ROLLOUT}.agent.custom_async_server.*": _SERVER_MODE,
+    f"{_ROLLOUT}.prometheus.enable": _SERVER_MODE,
+    f"{_ROLLOUT}.prometheus.port": _SERVER_MODE,
+    f"{_ROLLOUT}.prometheus.file": _SERVER_MODE,
+    f"{_ROLLOUT}.agent.num_workers": (
+        "the agent loops run inside each rollout worker (as many as the rollout's ranks), not in a pool of "
+        "agent-loop actors of their own; leave it at its default"
+    ),
+    f"{_ROLLOUT}.multi_turn.function_tool_path": (
+        "function tools are not implemented; declare the tools in a tool config (multi_turn.tool_config_path, "
+        "docs/multiturn.md)"
+    ),
+    f"{_ROLLOUT}.multi_turn.num_repeat_rollouts": "verl reads this key nowhere either; use actor_rollout_ref.rollout.n",
+    f"{_ROLLOUT}.trace.backend": (
+        "tracing agent-loop trajectories (mlflow, weave, trackio) is not implemented; trainer.logger sends the "
+        "metrics to those trackers, and trainer.log_val_generations sample generations"
+    ),
+    f"{_ROLLOUT}.trace.token2text": "only read with trace.backend, which is not implemented",
+    f"{_ROLLOUT}.trace.max_samples_per_step_per_worker": "only read with trace.backend, which is not implemented",
+    f"{_ROLLOUT}.skip_tokenizer_init": (
+        "read by verl's SGLang and TensorRT-LLM rollouts only; its vLLM rollout, like the HF and vLLM rollouts here, "
+        "always loads the tokenizer"
+    ),
+    f"{_ROLLOUT}.enable_rollout_routing_replay": "MoE routing replay is not implemented",
+    f"{_ROLLOUT}.moe_load_balance_metrics_interval": "MoE routing replay, which it reads, is not implemented",
+    f"{_ROLLOUT}.quantization": (
+        "a quantized rollout is not implemented: each hand-off loads the actor's unquantized weights into the engine"
+    ),
+    f"{_ROLLOUT}.quantization_config_file": "a quantized rollout is not implemented",
+    f"{_ROLLOUT}.mtp.*": _MTP,
+    f"{_ROLLOUT}.qat": "quantization-aware training is not implemented",
+    f"{_ROLLOUT}.disaggregation.*": "prefill/decode disaggregation is SGLang's, and there is no SGLang rollout here",
+    "actor_rollout_ref.model.mtp.*": _MTP,
+    "actor_rollout_ref.model.tiled_mlp.*": _TILED_MLP,
+    **{
+        f"actor_rollout_ref.model.lora.{name}": _MEGATRON_LORA.format(model="actor_rollout_ref.model")
+        for name in _MEGATRON_LORA_KEYS
+    },
+    "critic.model.custom_chat_template": "the critic scores the rollout's token ids; it applies no chat template",
+    "critic.model.use_liger": "the Liger kernels are applied only by the SFT trainer here",
+    "critic.model.use_fused_kernels": (
+        "the fused head computes log-probs over a vocabulary; the value head has none (it is the policy's option)"
+    ),
+    "critic.model.fused_kernel_options.*": "the critic has no fused head (see critic.model.use_fused_kernels)",
+    "critic.model.lora.*": _MEGATRON_LORA.format(model="critic.model"),
+    "critic.model.mtp.*": _MTP,
+    "critic.model.tiled_mlp.*": _TILED_MLP,
+    "distillation.enabled": _DISTILLATION,
+    "distillation.distillation_loss.*": _DISTILLATION,
+    "distillation.n_gpus_per_node": _DISTILLATION,
+    "distillation.nnodes": _DISTILLATION,
+    "distillation.teacher_key": _DISTILLATION,
+    **{
+        f"distillation.teacher_models.teacher_model.{name}": _DISTILLATION
+        for name in ("key", "model_path", "num_replicas")
+    },
+    **{f"distillation.teacher_models.teacher_model.inference.{name}": _DISTILLATION for name in _TEACHER_INFERENCE},
+}
 
 # reward, reward_model, custom_reward_function, sandbox_fusion
 _REWARD_KEYS: dict[str, str] = {}

@@ -102,21 +102,43 @@ def load_hf_model(auto_cls, local_path: str, hf_config, dtype: torch.dtype, trus
 
 
 def apply_lora(module, model_config, task_type: str = "CAUSAL_LM"):
-    """Wrap ``module`` with PEFT LoRA adapters (``lora_rank``, ``lora_alpha``, ``target_modules``)."""
-    from peft import LoraConfig, TaskType, get_peft_model
+    """Wrap ``module`` with PEFT LoRA adapters: new ones (``lora_rank``, ``lora_alpha``, ``target_modules``, minus
+    ``exclude_modules``), or the saved adapter at ``lora_adapter_path``, loaded trainable with its own settings."""
+    from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 
-    target_modules = model_config.target_modules
-    if isinstance(target_modules, list | tuple) or OmegaConf.is_list(target_modules):
-        target_modules = list(target_modules)
     module.enable_input_require_grads()
+    adapter_path = getattr(model_config, "lora_adapter_path", None)
+    if adapter_path:
+        from verl.utils.fs import copy_to_local
+
+        local = copy_to_local(adapter_path, use_shm=getattr(model_config, "use_shm", False))
+        model = PeftModel.from_pretrained(module, local, is_trainable=True)
+        saved = model.peft_config["default"]
+        logger.info(
+            "LoRA adapter from %s: rank %s, alpha %s, target modules %s (its own settings; model.lora_rank etc. are "
+            "not applied)",
+            adapter_path,
+            saved.r,
+            saved.lora_alpha,
+            saved.target_modules,
+        )
+        return model
     lora_config = LoraConfig(
         task_type=getattr(TaskType, task_type),
         r=model_config.lora_rank,
         lora_alpha=model_config.lora_alpha,
-        target_modules=target_modules,
+        target_modules=_module_names(model_config.target_modules),
+        exclude_modules=_module_names(getattr(model_config, "exclude_modules", None)),
         bias="none",
     )
     return get_peft_model(module, lora_config)
+
+
+def _module_names(value):
+    """A YAML module selector for PEFT: a string (``all-linear`` or a regex) as is, a list as a plain list."""
+    if isinstance(value, list | tuple) or OmegaConf.is_list(value):
+        return list(value)
+    return value
 
 
 # the dtypes torch's fused AdamW kernel takes on CPU

@@ -87,6 +87,17 @@ def _supported_engine_kwargs(engine_kwargs: dict) -> dict:
     return kept
 
 
+def _compilation_config(cudagraph_capture_sizes, given) -> dict:
+    """vLLM's ``compilation_config``: ``engine_kwargs.vllm.compilation_config`` (a dict or its JSON) with
+    ``rollout.cudagraph_capture_sizes``, when set, as its capture sizes."""
+    import json
+
+    compilation = dict(json.loads(given) if isinstance(given, str) else given or {})
+    if cudagraph_capture_sizes:
+        compilation["cudagraph_capture_sizes"] = [int(size) for size in cudagraph_capture_sizes]
+    return compilation
+
+
 def _tokens_and_log_probs(sample) -> tuple[list[int], list[float] | None]:
     """A vLLM ``CompletionOutput``'s token ids and, when it has them, each sampled token's log-prob."""
     tokens = list(sample.token_ids)
@@ -97,6 +108,8 @@ def _tokens_and_log_probs(sample) -> tuple[list[int], list[float] | None]:
 
 class vLLMRollout(BaseRollout):
     """Generate with an in-process ``vllm.LLM``; ``config`` is the ``actor_rollout_ref.rollout`` section.
+    ``tokenizer_path`` / ``hf_config_path``: local folders of the tokenizer and config.json when they are not
+    ``model_path`` (``model.tokenizer_path``, ``model.hf_config_path``).
 
     Output as :class:`HFRollout`: ``prompts (b, P)``, ``responses (b, T)``, ``input_ids``/``attention_mask``/
     ``position_ids (b, P+T)`` with ``b = B * n`` when sampling (sample ``j`` of prompt ``i`` at row ``i*n + j``),
@@ -112,6 +125,8 @@ class vLLMRollout(BaseRollout):
         *,
         trust_remote_code: bool = False,
         lora_rank: int = 0,
+        tokenizer_path: str | None = None,
+        hf_config_path: str | None = None,
         **kwargs,
     ):
         super().__init__()
@@ -190,6 +205,8 @@ class vLLMRollout(BaseRollout):
 
         llm_kwargs = {
             "model": model_path,
+            **({"tokenizer": tokenizer_path} if tokenizer_path else {}),
+            **({"hf_config_path": hf_config_path} if hf_config_path else {}),
             "tensor_parallel_size": tp_size,
             "distributed_executor_backend": backend,
             "dtype": dtype,
@@ -202,7 +219,8 @@ class vLLMRollout(BaseRollout):
             "disable_log_stats": config.disable_log_stats,
             "max_num_batched_tokens": max_num_batched_tokens,
             "enable_chunked_prefill": enable_chunked_prefill,
-            "enable_prefix_caching": True,
+            "enable_prefix_caching": config.enable_prefix_caching,
+            "scheduling_policy": config.scheduling_policy,
             "trust_remote_code": trust_remote_code,
             "seed": config.seed,
             # "processed": log-probs of the temperature-scaled distribution the token was sampled from, which is
@@ -210,6 +228,9 @@ class vLLMRollout(BaseRollout):
             "logprobs_mode": config.logprobs_mode,
             **platform_kwargs,
         }
+        compilation = _compilation_config(config.cudagraph_capture_sizes, engine_kwargs.pop("compilation_config", None))
+        if compilation:
+            llm_kwargs["compilation_config"] = compilation
         llm_kwargs.update(engine_kwargs)  # engine_kwargs.vllm has the last word
         self.inference_engine = LLM(**llm_kwargs)
         if on_accelerator and free_cache_engine:
