@@ -58,7 +58,6 @@ SHIPPED_AS = {
 # file as a script for every missing key and refusal of each). A closed gap fails the test until its entry goes.
 KNOWN_GAPS: dict[str, str] = {
     # keys the config does not have
-    ),
     "examples/ppo_trainer/run_deepseek7b_llm.sh@3bf8cd518cfba9d1885d5148d621747c279d7523": (
         "Could not override 'trainer.use_legacy_worker_impl'"
     ),

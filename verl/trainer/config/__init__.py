@@ -37,7 +37,7 @@ from verl.trainer.config.trainer import (
 from verl.utils.config import BaseConfig
 from verl.workers import config as _workers_config
 from verl.workers.config import *  # noqa: F403  (the roles' sections at verl's path, re-exported here)
-from verl.workers.config import ActorRolloutRefConfig, CriticConfig, RewardModelConfig
+from verl.workers.config import ActorRolloutRefConfig, ConfigError, CriticConfig, DistillationConfig, RewardModelConfig
 
 __all__ = [
     "AlgoConfig",
