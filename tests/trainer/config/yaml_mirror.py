@@ -19,6 +19,14 @@ def _default(f: dataclasses.Field):
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
+def _section_class(hint):
+    """The dataclass a field holds (``X`` or ``X | None``), or None."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    found = [arg for arg in typing.get_args(hint) if dataclasses.is_dataclass(arg)]
+    return found[0] if len(found) == 1 else None
+
+
 def _walk(cls, section: dict, path: str, problems: list[str], missing: dict, present: dict) -> None:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -30,8 +38,8 @@ def _walk(cls, section: dict, path: str, problems: list[str], missing: dict, pre
     for name, f in fields.items():
         if name not in section:
             missing.setdefault(cls, set()).add(name)
-        elif dataclasses.is_dataclass(hints[name]):
-            _walk(hints[name], section[name], f"{path}.{name}", problems, missing, present)
+        elif _section_class(hints[name]) is not None and isinstance(section[name], dict):
+            _walk(_section_class(hints[name]), section[name], f"{path}.{name}", problems, missing, present)
         elif _default(f) != section[name]:
             problems.append(f"{path}.{name}: {cls.__name__} default {_default(f)!r} != YAML {section[name]!r}")
 

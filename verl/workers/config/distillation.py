@@ -41,7 +41,8 @@ class DistillationTeacherInferenceConfig(BaseConfig):
     """A teacher's `inference` node: the rollout keys verl's YAML gives a teacher's engine (verl builds the node as a
     RolloutConfig, with that class's defaults for the rest)."""
 
-    name: str = "vllm"
+    # follows the policy's rollout.name, which verl 0.9 leaves to the command line
+    name: str | None = None
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = True

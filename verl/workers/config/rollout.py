@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from verl.utils.config import BaseConfig
 from verl.utils.debug import ProfilerConfig
+from verl.workers.config.engine import QATEngineConfig
 from verl.workers.config.model import MtpConfig
 
 __all__ = [
@@ -188,7 +189,8 @@ class RolloutConfig(BaseConfig):
     quantization: str | None = None
     quantization_config_file: str | None = None
     mtp: MtpConfig = field(default_factory=MtpConfig)
-    qat: dict | None = None
+    # follows the actor's engine block (its fsdp_config.qat, or megatron.qat under Megatron)
+    qat: QATEngineConfig | None = field(default_factory=QATEngineConfig)
     router_config_path: str | None = None
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     disaggregation: DisaggregationConfig = field(default_factory=DisaggregationConfig)
