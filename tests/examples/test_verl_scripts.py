@@ -60,9 +60,6 @@ KNOWN_GAPS: dict[str, str] = {
     "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh@a8a32e9224e3c75c0d5aa3c777c230dea74e0410": (
         "Could not override 'reward_model.sandbox_fusion_url'"
     ),
-    "examples/rollout_correction/run_with_rollout_corr.sh@b5c19ff7f24c62747a6bbf1145d478269bf826f9": (
-        "Could not override 'algorithm.rollout_correction.bypass_old_logprob_for_rollout'"
-    ),
     "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_tool_agent_mlflow.sh@95e193ea98c67b14d8738b9bbdaae406213d1b37": (
         "Could not override 'actor_rollout_ref.rollout.trace.backend'"
     ),
@@ -70,6 +67,11 @@ KNOWN_GAPS: dict[str, str] = {
         "Could not override 'algorithm.dynamic_filter.enable'"
     ),
     # values main_ppo's check refuses
+    # (verl 0.6's rollout-correction keys compose and are read; the script asks RLOO for one response per prompt)
+    "examples/rollout_correction/run_with_rollout_corr.sh@b5c19ff7f24c62747a6bbf1145d478269bf826f9": (
+        "algorithm.adv_estimator='rloo' compares the responses to one prompt, so it needs "
+        "actor_rollout_ref.rollout.n > 1"
+    ),
     "examples/grpo_trainer/run_qwen3-1.7b.sh@7663ce50eb768b7d35e6c64dc0be4235a1aa4151": (
         "actor_rollout_ref.model.use_liger=True: the Liger kernels are applied only by the SFT trainer here"
     ),

@@ -29,12 +29,17 @@ from verl.trainer.config.sft import SFTConfig
 from verl.trainer.config.trainer import (
     AsyncTrainingConfig,
     CustomRewardFunctionConfig,
+    HybridRolloutSwitchConfig,
     RayInitConfig,
+    RayKwargsConfig,
     RolloutPoolConfig,
     TrainerConfig,
+    TransferQueueConfig,
     async_training_config,
 )
 from verl.utils.config import BaseConfig
+from verl.utils.debug.profile import GlobalProfilerConfig
+from verl.utils.skip import SkipManagerConfig
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.checkpoint import CheckpointConfig
@@ -74,6 +79,7 @@ __all__ = [
     "FilterGroupsConfig",
     "FusedKernelOptions",
     "HFModelConfig",
+    "HybridRolloutSwitchConfig",
     "KLControlConfig",
     "MultiTurnConfig",
     "OptimConfig",
@@ -82,6 +88,7 @@ __all__ = [
     "PPOConfig",
     "PolicyLossConfig",
     "RayInitConfig",
+    "RayKwargsConfig",
     "RolloutPoolConfig",
     "AsyncTrainingConfig",
     "async_training_config",
@@ -94,6 +101,7 @@ __all__ = [
     "SamplingConfig",
     "SandboxFusionConfig",
     "TrainerConfig",
+    "TransferQueueConfig",
     "WrapPolicyConfig",
 ]
 
@@ -113,3 +121,9 @@ class PPOConfig(BaseConfig):
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    # verl 0.9's sections: ray.init's arguments under their new name, the trainer-wide profiler keys, and the
+    # features kept at their defaults (rollout skipping, TransferQueue)
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
+    skip: SkipManagerConfig = field(default_factory=SkipManagerConfig)
+    transfer_queue: TransferQueueConfig = field(default_factory=TransferQueueConfig)

@@ -24,6 +24,7 @@ from verl.trainer.config.checks.reward_loop import check_reward_loop, serves_rew
 from verl.trainer.config.checks.rollout_correction import check_rollout_correction
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.standalone_rollout import check_standalone_rollout
+from verl.trainer.config.checks.trainer_keys import check_trainer_keys
 from verl.trainer.config.checks.unsupported_keys import raise_unsupported
 from verl.trainer.config.checks.vlm import check_vision_language_policy
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
@@ -658,10 +659,15 @@ def _check_rollout_correction(config, ctx: _Context) -> None:
     check_rollout_correction(config)
 
 
+def _check_trainer_keys(config, ctx: _Context) -> None:
+    check_trainer_keys(config)
+
+
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_runtime_support,
     _check_unsupported_keys,
     _check_rollout_correction,
+    _check_trainer_keys,
     _check_choices,
     _check_megatron,
     _check_estimator,
