@@ -58,19 +58,16 @@ SHIPPED_AS = {
 # file as a script for every missing key and refusal of each). A closed gap fails the test until its entry goes.
 KNOWN_GAPS: dict[str, str] = {
     # keys the config does not have
-    "examples/ppo_trainer/run_deepseek7b_llm.sh@3bf8cd518cfba9d1885d5148d621747c279d7523": (
-        "Could not override 'trainer.use_legacy_worker_impl'"
-    ),
     "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh@a8a32e9224e3c75c0d5aa3c777c230dea74e0410": (
         "Could not override 'reward_model.sandbox_fusion_url'"
-    ),
-    "examples/rollout_correction/run_with_rollout_corr.sh@b5c19ff7f24c62747a6bbf1145d478269bf826f9": (
-        "Could not override 'algorithm.rollout_correction.bypass_old_logprob_for_rollout'"
     ),
     "examples/sglang_multiturn/run_qwen2_3b_dapo_multiturn.sh@82fb1ae6d1ea2090b6cbc8f9f7911f77ae351d82": (
         "Could not override 'algorithm.dynamic_filter.enable'"
     ),
     # values main_ppo's check refuses
+    "examples/ppo_trainer/run_deepseek7b_llm.sh@3bf8cd518cfba9d1885d5148d621747c279d7523": (
+        "actor_rollout_ref.rollout.quantization='torchao'"
+    ),
     "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_tool_agent_mlflow.sh@95e193ea98c67b14d8738b9bbdaae406213d1b37": (
         "actor_rollout_ref.rollout.trace.backend='mlflow': not implemented here"
     ),

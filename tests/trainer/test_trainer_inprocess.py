@@ -277,3 +277,26 @@ def test_reward_model_with_its_own_chat_template(workspace, tmp_path_factory):
     worker = trainer.rm_wg.workers[0].worker_dict["rm"]
     assert worker.input_tokenizer is not None  # the switch was taken
     assert trainer.logged[0]["critic/score/min"] != trainer.logged[0]["critic/score/max"]
+
+
+def test_verl_09_profiler_keys_profile_a_step_and_run_the_hook_once(workspace, tmp_path):
+    """global_profiler.steps with the actor's `enable` (no ranks named: rank 0), traces under
+    global_profiler.save_path, and the finish hook once after the last profiled step; a dataset of the first
+    data.train_max_samples rows."""
+    hook_log = tmp_path / "hook.log"
+    config = single_process_config(
+        workspace,
+        "grpo",
+        [
+            "global_profiler.steps=[1]",
+            f"global_profiler.save_path={tmp_path / 'traces'}",
+            "actor_rollout_ref.actor.profiler.enable=True",
+            f"global_profiler.finish_hook_cmd='echo $VERL_PROFILE_ROLE >> {hook_log}'",
+            "data.train_max_samples=8",
+            "data.shuffle=False",
+        ],
+    )
+    trainer, _, _ = run_one_step(config)
+    assert len(trainer.train_dataset) == 8
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["rank0_capture0.json"]
+    assert hook_log.read_text().split() == ["actor"]

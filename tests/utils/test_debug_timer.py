@@ -5,6 +5,7 @@ import os
 import time
 
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -126,6 +127,86 @@ def test_dist_profiler_discrete_captures_each_call(tmp_path):
     w.step()
     w.stop_profile()
     assert sorted(os.listdir(tmp_path)) == ["rank3_capture0.json", "rank3_capture1.json"]
+
+
+def _profiled_step(profiler: DistProfiler, run_command: bool = True) -> None:
+    profiler.start()
+    with torch.profiler.record_function("work"):
+        torch.ones(4, 4) @ torch.ones(4, 4)
+    profiler.stop(run_command=run_command)
+
+
+def test_enable_without_ranks_profiles_rank_zero_as_verl_09_does(tmp_path):
+    """verl 0.9's `enable` with no ranks named profiles rank 0; ranks / all_ranks select as in verl v0.4, enable or
+    not; a role that selects nothing writes nothing."""
+    cases = {
+        "enabled": (ProfilerConfig(enable=True), {0}),
+        "v04_ranks": (ProfilerConfig(ranks=[1]), {1}),
+        "enabled_ranks": (ProfilerConfig(enable=True, ranks=[1]), {1}),
+        "all": (ProfilerConfig(all_ranks=True), {0, 1}),
+        "off": (ProfilerConfig(), set()),
+    }
+    for name, (cfg, ranks) in cases.items():
+        cfg.save_path = str(tmp_path / name)
+        for rank in (0, 1):
+            _profiled_step(DistProfiler(rank, cfg))
+        written = set(os.listdir(tmp_path / name)) if (tmp_path / name).exists() else set()
+        assert written == {f"rank{r}_capture0.json" for r in ranks}, name
+
+
+def test_torch_contents_pick_the_recorders_options(tmp_path):
+    """`tool_config.torch.contents`: shapes adds the operators' input shapes (record_shapes), as in verl 0.9."""
+    texts = {}
+    for name, contents in (("plain", []), ("shapes", ["shapes"])):
+        cfg = ProfilerConfig(ranks=[0], save_path=str(tmp_path / name))
+        cfg.tool_config.torch.contents = contents
+        _profiled_step(DistProfiler(0, cfg))
+        texts[name] = (tmp_path / name / "rank0_capture0.json").read_text()
+    assert "Input Dims" in texts["shapes"] and "Input Dims" not in texts["plain"]
+    with pytest.raises(ValueError, match="contents"):
+        bad = ProfilerConfig(ranks=[0])
+        bad.tool_config.torch.contents = ["npu"]
+        DistProfiler(0, bad)
+
+
+def test_torch_discrete_is_profiler_discrete_under_verl_09s_name(tmp_path):
+    cfg = ProfilerConfig(ranks=[0])
+    cfg.tool_config.torch.discrete = True
+    assert DistProfiler(0, cfg).discrete and not DistProfiler(0, ProfilerConfig(ranks=[0])).discrete
+
+
+def test_a_tool_other_than_torch_is_refused():
+    with pytest.raises(ValueError, match="nsys"):
+        DistProfiler(0, ProfilerConfig(ranks=[0], tool="nsys"))
+    assert DistProfiler(0, ProfilerConfig(ranks=[0], tool="torch")).this_rank
+
+
+def test_traces_land_in_save_path_whatever_relocate_results_says(tmp_path):
+    for relocate in (False, True):
+        folder = tmp_path / str(relocate)
+        _profiled_step(DistProfiler(0, ProfilerConfig(ranks=[0], save_path=str(folder), relocate_results=relocate)))
+        assert os.listdir(folder) == ["rank0_capture0.json"]
+
+
+def test_finish_hook_runs_once_after_the_last_profiled_step_on_the_ranks_it_names(tmp_path):
+    """The hook sees the run's context in VERL_PROFILE_*; it runs only when the trainer says the step was the last
+    profiled one, on finish_hook_ranks (else the profiled ranks); a failing hook does not stop training."""
+    log = tmp_path / "hook.log"
+    cmd = f'echo "$VERL_PROFILE_RANK $VERL_PROFILE_ROLE $VERL_PROFILE_TOOL $VERL_PROFILE_SAVE_PATH" >> {log}'
+    cfg = ProfilerConfig(ranks=[0, 1], save_path=str(tmp_path / "traces"), finish_hook_cmd=cmd)
+    for rank in (0, 1, 2):
+        profiler = DistProfiler(rank, cfg, role="actor")
+        _profiled_step(profiler, run_command=False)
+        _profiled_step(profiler, run_command=True)
+    lines = sorted(log.read_text().splitlines())
+    assert lines == [f"{r} actor torch {tmp_path / 'traces'}" for r in (0, 1)]
+    log.unlink()
+    only_one = ProfilerConfig(ranks=[0, 1], finish_hook_cmd=cmd, finish_hook_ranks=[1], save_path=str(tmp_path))
+    for rank in (0, 1):
+        _profiled_step(DistProfiler(rank, only_one), run_command=True)
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["1"]
+    failing = ProfilerConfig(ranks=[0], finish_hook_cmd="exit 3", save_path=str(tmp_path / "f"))
+    _profiled_step(DistProfiler(0, failing), run_command=True)  # logged, not raised
 
 
 def test_profiler_path_reexports_the_debug_names():

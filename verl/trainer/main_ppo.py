@@ -20,6 +20,7 @@ from verl.demo.default_run import apply_builtin_demo, command_line_keys, describ
 from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks.ppo import check_ppo_config, resolve_device_name
 from verl.trainer.config.migration import changed_defaults_line
+from verl.trainer.config.trainer import ray_init_options
 from verl.trainer.ppo.reward import get_served_reward_model, load_reward_manager
 from verl.utils.dataset.rl_dataset import create_rl_dataset, create_rl_sampler
 from verl.utils.logging_utils import set_basic_config
@@ -74,19 +75,24 @@ def ray_init_kwargs(config) -> dict:
     """Arguments for ``ray.init``: enough logical CPUs on a CPU box for the task runner plus one per worker, and no
     dashboard there unless asked for (memory is what a CPU box runs out of)."""
     typed = PPOConfig.from_config(config)
+    options = ray_init_options(typed)  # ray_init and verl 0.9's ray_kwargs
+    runtime_env = {"env_vars": dict(_RAY_ENV)}
+    py_executable = typed.ray_kwargs.ray_init.runtime_env.py_executable
+    if py_executable is not None:
+        runtime_env["py_executable"] = py_executable
     if os.environ.get("RAY_ADDRESS", "local") != "local":
         # joining a running cluster (`ray start` on each node, RAY_ADDRESS=head:port, or `ray job submit`): its nodes
         # already declared their resources and dashboard, and ray.init refuses num_cpus / include_dashboard there
-        return {"runtime_env": {"env_vars": dict(_RAY_ENV)}}
+        return {"runtime_env": runtime_env}
     on_cpu = typed.trainer.device == "cpu"
-    num_cpus = typed.ray_init.num_cpus
+    num_cpus = options.num_cpus
     if num_cpus is None and on_cpu:
         workers = typed.trainer.world_size + (0 if typed.actor_rollout_ref.hybrid_engine else typed.rollout.world_size)
         num_cpus = max(os.cpu_count() or 1, workers + 1)
     # a cluster of our own: without address="local", ray.init joins whatever cluster the machine's last `ray start`
     # recorded in /tmp/ray/ray_current_cluster (another user's, or a stopped one), and fails on num_cpus there
-    kwargs = {"address": "local", "runtime_env": {"env_vars": dict(_RAY_ENV)}, "num_cpus": num_cpus}
-    include_dashboard = typed.ray_init.include_dashboard
+    kwargs = {"address": "local", "runtime_env": runtime_env, "num_cpus": num_cpus}
+    include_dashboard = options.include_dashboard
     if include_dashboard is not None or on_cpu:
         kwargs["include_dashboard"] = bool(include_dashboard)
     return kwargs
@@ -122,7 +128,7 @@ def train_in_ray(config, **recipe_classes) -> None:
             ray.init(**ray_init_kwargs(config))
         runner = _task_runner_class().remote()
         ray.get(runner.run.remote(config, **recipe_classes))
-    timeline = config.ray_init.timeline_json_file
+    timeline = ray_init_options(PPOConfig.from_config(config)).timeline_json_file
     if timeline:
         ray.timeline(filename=timeline)
 
@@ -193,8 +199,9 @@ def build_trainer(config, ray_worker_group_cls=None, trainer_cls=None, actor_rol
     reward_kwargs = typed.reward_model.reward_kwargs
     reward_fn = load_reward_manager(typed, tokenizer, num_examine=0, **reward_kwargs)
     val_reward_fn = load_reward_manager(typed, tokenizer, num_examine=1, **reward_kwargs)
-    train_dataset = create_rl_dataset(typed.data.train_files, typed.data, tokenizer, processor)
-    val_dataset = create_rl_dataset(typed.data.val_files, typed.data, tokenizer, processor)
+    data = typed.data
+    train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor, data.train_max_samples)
+    val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor, data.val_max_samples)
     return (trainer_cls or RayPPOTrainer)(
         config=config,
         tokenizer=tokenizer,

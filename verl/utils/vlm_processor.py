@@ -89,9 +89,13 @@ class QwenVLProcessor:
                 "install torchvision or drop the videos column"
             )
         texts = [text] if isinstance(text, str) else list(text or [])
+        # options of the image processor (max_pixels, size, ...) go to it, the rest to the tokenizer, as
+        # transformers' processors route them
+        image_options = set(getattr(getattr(self.image_processor, "valid_kwargs", None), "__annotations__", {}))
+        image_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in image_options}
         image_inputs = {}
         if images:
-            image_inputs = dict(self.image_processor(images=images, return_tensors="pt"))
+            image_inputs = dict(self.image_processor(images=images, return_tensors="pt", **image_kwargs))
             texts = self._expand_image_pads(texts, image_inputs["image_grid_thw"])
         elif any(IMAGE_TOKEN in t for t in texts):
             raise ValueError(f"the text has {sum(t.count(IMAGE_TOKEN) for t in texts)} image placeholders but no image")

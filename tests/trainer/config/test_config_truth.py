@@ -62,6 +62,11 @@ _FOLLOWS_ROLLOUT = "refused when set apart from the rollout's value it follows (
 _TEACHER = "distillation.teacher_models.teacher_model.inference"
 REF = "actor_rollout_ref.ref"
 _MIRROR = "mirrors rollout.n (read instead); a different value is refused (checks.roles; test_ppo_checks)"
+_RELOCATE = (
+    "torch.profiler writes its traces into save_path itself, so there is nothing to move: either value gives the same "
+    "folder (test_debug_timer::test_traces_land_in_save_path_whatever_relocate_results_says)"
+)
+_INHERITED = "each role's profiler block takes it (profiler/profiler.yaml interpolation); the workers read that copy"
 
 # key (or 'prefix.*') -> where it is honoured or refused, for keys the runs above do not read.
 NOT_READ_HERE: dict[str, str] = {
@@ -139,8 +144,20 @@ NOT_READ_HERE: dict[str, str] = {
     "trainer.resume_from_path": "resume_mode=resume_path (tests/trainer/test_resume_e2e.py)",
     "trainer.del_local_ckpt_after_load": "on resume (tests/trainer/test_resume_e2e.py)",
     "trainer.console_format": "read from the tracker's config dict (test_console_line::test_console_tracker_*)",
-    "ray_init.timeline_json_file": "under Ray only (run_ppo writes ray.timeline)",
-    f"{A}.profiler.save_path": "with trainer.profile_steps (tests/workers/roles/test_phases.py, test_debug_timer)",
+    **{f"{section}.profiler.relocate_results": _RELOCATE for section in (A, REF, C, "reward_model")},
+    "global_profiler.relocate_results": _RELOCATE,
+    f"{R}.profiler.*": "with hybrid_engine=False, by the rollout's own workers (role=rollout); the hybrid engine's "
+    "rollout runs in the actor's workers, which the actor's profiler covers",
+    **{
+        f"global_profiler.{key}": _INHERITED
+        for key in ("tool", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks")
+    },
+    "global_profiler.profile_continuous_steps": "in a profiled step (test_trainer_hooks::"
+    "test_continuous_steps_keep_one_capture_open)",
+    "trainer.use_v1": "both values run the one synchronous trainer here (verl's v1 sync loop and its older "
+    "RayPPOTrainer are the same algorithm)",
+    "trainer.use_legacy_worker_impl": "auto, enable and disable all run the one worker implementation here; other "
+    "values refused (checks.trainer_keys; test_trainer_keys)",
     "algorithm.filter_groups.*": "enable=True refused by main_ppo.run_ppo; read by recipe.dapo (test_dapo_e2e.py)",
     "reward_model.overlong_buffer.*": "with reward_manager=dapo, else enable=True is refused (checks.ppo; "
     "test_reward_managers::test_dapo_overlong_penalty_and_eos_strip)",

@@ -50,7 +50,12 @@ def test_plus_overrides_keep_working_as_extra_keys():
     assert cfg.data.gen_batch_size == 64 and cfg.data.generation_batch_size == 64
     assert cfg.actor_rollout_ref.rollout.seed == 3
     cfg = PPOConfig.from_config(_compose(["algorithm.filter_groups.enable=True"]))
-    assert cfg.algorithm.filter_groups.to_dict() == {"enable": True, "metric": None, "max_num_gen_batches": 0}
+    assert cfg.algorithm.filter_groups.to_dict() == {
+        "enable": True,
+        "metric": None,
+        "max_num_gen_batches": 0,
+        "max_inflight_gen_batches": 1,
+    }
     with pytest.raises(TypeError, match=r"algorithm\.filter_groups\.max_num_gen_batches='ten'"):
         PPOConfig.from_config(_compose(["algorithm.filter_groups.max_num_gen_batches=ten"]))
 

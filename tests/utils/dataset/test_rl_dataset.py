@@ -234,3 +234,75 @@ def test_dataloader_resume_is_exact(tmp_path, tokenizer, num_workers):
         # the trainer derives the epoch to continue from the step count, as verl does
         rest = [_indices(b) for _ in range(stop // len(resumed), epochs) for b in resumed]
         assert rest == uninterrupted[stop:], f"resume after {stop} steps"
+
+
+def _truths(ds) -> list[str]:
+    return [ds[i]["reward_model"]["ground_truth"] for i in range(len(ds))]
+
+
+def test_max_samples_keeps_the_first_rows_or_a_seeded_random_choice(tmp_path, tokenizer):
+    """data.train_max_samples / val_max_samples, as verl reads them: before any filter, the first N rows without
+    data.shuffle, else a choice without replacement by numpy's generator seeded with data.seed."""
+    path = _write_parquet(tmp_path / "d.parquet", [f"q{i}" for i in range(10)])
+    assert _truths(RLHFDataset(path, tokenizer, _config(shuffle=False), max_samples=3)) == ["0", "1", "2"]
+    chosen = _truths(RLHFDataset(path, tokenizer, _config(shuffle=True, seed=7), max_samples=4))
+    expected = np.random.default_rng(7).choice(10, size=4, replace=False)
+    assert chosen == [str(i) for i in expected]
+    assert chosen == _truths(RLHFDataset(path, tokenizer, _config(shuffle=True, seed=7), max_samples=4))
+    assert len(RLHFDataset(path, tokenizer, _config(), max_samples=-1)) == 10
+    assert len(RLHFDataset(path, tokenizer, _config(), max_samples=50)) == 10
+    limited = create_rl_dataset(path, _config(shuffle=False), tokenizer, None, max_samples=2)
+    assert _truths(limited) == ["0", "1"]
+    # the limit comes before the length filter (the first 3 rows, of which one is too long)
+    mixed = _write_parquet(tmp_path / "m.parquet", ["a", "x" * 40, "b", "c"])
+    filtered = RLHFDataset(mixed, tokenizer, _config(shuffle=False, filter_overlong_prompts=True), max_samples=3)
+    assert _truths(filtered) == ["0", "2"]
+
+
+def test_a_custom_dataset_without_max_samples_is_told_how_to_take_it(tmp_path, tokenizer):
+    module = tmp_path / "old_dataset.py"
+    module.write_text(
+        "from verl.utils.dataset.rl_dataset import RLHFDataset\n"
+        "class OldDataset(RLHFDataset):\n"
+        "    def __init__(self, data_files, tokenizer, config, processor=None):\n"
+        "        super().__init__(data_files, tokenizer, config, processor)\n"
+    )
+    path = _write_parquet(tmp_path / "d.parquet", ["a", "b", "c"])
+    cfg = _config(custom_cls={"path": str(module), "name": "OldDataset"})
+    assert len(create_rl_dataset(path, cfg, tokenizer, None)) == 3  # no limit asked: a v0.4 class works as before
+    with pytest.raises(TypeError, match="max_samples"):
+        create_rl_dataset(path, cfg, tokenizer, None, max_samples=2)
+
+
+def test_apply_chat_template_kwargs_reach_the_template(tmp_path, tokenizer):
+    import copy
+
+    templated = copy.deepcopy(tokenizer)
+    templated.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if enable_thinking is defined and not enable_thinking %}/no_think{% endif %}"
+    )
+    path = _write_parquet(tmp_path / "d.parquet", ["hi"])
+    plain = RLHFDataset(path, templated, _config(return_full_prompt=True))
+    no_think = _config(return_full_prompt=True, apply_chat_template_kwargs={"enable_thinking": False})
+    told = RLHFDataset(path, templated, no_think)
+    assert plain[0]["full_prompts"] == "hi" and told[0]["full_prompts"] == "hi/no_think"
+    assert len(told[0]["raw_prompt_ids"]) == len("hi/no_think")
+
+
+def test_the_length_filter_counts_the_tool_schemas_a_multi_turn_rollout_renders(tmp_path, tokenizer):
+    """data.tool_config_path (multi_turn.tool_config_path by default): a prompt that fits alone but not with the
+    tools' system block is dropped, as the rollout would have to truncate it."""
+    import os
+
+    import verl
+
+    tools = os.path.join(os.path.dirname(verl.__file__), os.pardir, "examples", "multiturn", "config", "tool_config",
+                         "gsm8k_tool_config.yaml")  # fmt: skip
+    path = _write_parquet(tmp_path / "d.parquet", ["2+3=?"])
+    cfg = {"max_prompt_length": 64, "filter_overlong_prompts": True}
+    assert len(RLHFDataset(path, tokenizer, _config(**cfg))) == 1
+    with pytest.raises(ValueError, match="dropped all 1 rows"):
+        RLHFDataset(path, tokenizer, _config(**cfg, tool_config_path=tools))
+    assert len(RLHFDataset(path, tokenizer, _config(max_prompt_length=1024, filter_overlong_prompts=True,
+                                                    tool_config_path=tools))) == 1  # fmt: skip

@@ -103,3 +103,16 @@ def test_bad_rows_are_skipped_with_a_warning_and_count(tmp_path, tokenizer_and_p
     assert all(int((dataset[i]["input_ids"] == pad).sum()) == 4 for i in range(len(dataset)))
     with pytest.raises(ValueError, match="data.bad_multimodal_rows='drop'"):
         _dataset(files, tokenizer_and_processor, bad_multimodal_rows="drop")
+
+
+def test_mm_processor_kwargs_reach_the_processor(tmp_path, tokenizer_and_processor):
+    """data.mm_processor_kwargs: a pixel budget given to the processor sets the image's grid (and its pads)."""
+    path = _write(tmp_path / "d.parquet", [("<image>What is x?", [_png(256, 256)])])
+    default = _dataset(path, tokenizer_and_processor, max_prompt_length=160)[0]
+    budget = {"max_pixels": 112 * 112}
+    larger = _dataset(path, tokenizer_and_processor, max_prompt_length=160, mm_processor_kwargs=budget)
+    grid = default["multi_modal_inputs"]["image_grid_thw"]
+    larger_grid = larger[0]["multi_modal_inputs"]["image_grid_thw"]
+    assert grid.tolist() == [[1, 4, 4]] and larger_grid.tolist() == [[1, 14, 14]]
+    # one pad per 2x2 merged patch: 4 -> 49 pads
+    assert larger[0]["attention_mask"].sum() - default["attention_mask"].sum() == 49 - 4

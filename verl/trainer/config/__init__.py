@@ -29,12 +29,17 @@ from verl.trainer.config.sft import SFTConfig
 from verl.trainer.config.trainer import (
     AsyncTrainingConfig,
     CustomRewardFunctionConfig,
+    HybridRolloutSwitchConfig,
     RayInitConfig,
+    RayKwargsConfig,
     RolloutPoolConfig,
     TrainerConfig,
+    TransferQueueConfig,
     async_training_config,
 )
 from verl.utils.config import BaseConfig
+from verl.utils.debug.profile import GlobalProfilerConfig
+from verl.utils.skip import SkipManagerConfig
 from verl.workers import config as _workers_config
 from verl.workers.config import *  # noqa: F403  (the roles' sections at verl's path, re-exported here)
 from verl.workers.config import ActorRolloutRefConfig, ConfigError, CriticConfig, DistillationConfig, RewardModelConfig
@@ -56,6 +61,11 @@ __all__ = [
     "SFTConfig",
     "TrainerConfig",
     "async_training_config",
+    "GlobalProfilerConfig",
+    "HybridRolloutSwitchConfig",
+    "RayKwargsConfig",
+    "SkipManagerConfig",
+    "TransferQueueConfig",
     *_workers_config.__all__,
 ]
 
@@ -75,6 +85,12 @@ class PPOConfig(BaseConfig):
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    # verl 0.9's sections: ray.init's arguments under their new name, the trainer-wide profiler keys, and the
+    # features kept at their defaults (rollout skipping, TransferQueue)
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
+    skip: SkipManagerConfig = field(default_factory=SkipManagerConfig)
+    transfer_queue: TransferQueueConfig = field(default_factory=TransferQueueConfig)
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
 
     def __post_init__(self) -> None:

@@ -35,6 +35,8 @@ class FilterGroupsConfig(BaseConfig):
     enable: bool = False
     metric: str | None = None
     max_num_gen_batches: int = 0
+    # verl 0.9: generation batches in flight at once (the DAPO trainer here runs one at a time)
+    max_inflight_gen_batches: int = 1
 
 
 @dataclass
@@ -49,6 +51,10 @@ class RolloutCorrectionConfig(BaseConfig):
     verl 0.7.0's two keys, gone from 0.7.1 on, are read too: `rollout_rs_threshold_lower` (0.7.1 writes it into
     `rollout_rs_threshold` as "lower_upper"; here it means exactly that) and `rollout_token_veto_threshold` (no
     later spelling: a sequence with a token ratio below it is rejected whole).
+
+    verl 0.6's two mode switches are read as the keys that replaced them: `bypass_old_logprob_for_rollout=True` is
+    `bypass_mode=True`, `use_pure_rollout_correction=True` is `loss_type=reinforce` (the IS-weighted policy gradient
+    without clipping, which 0.6 allowed in bypass mode only: checks.rollout_correction refuses it otherwise).
     """
 
     rollout_is: str | None = None
@@ -60,6 +66,16 @@ class RolloutCorrectionConfig(BaseConfig):
     rollout_token_veto_threshold: float | None = None
     bypass_mode: bool = False
     loss_type: str = "ppo_clip"
+    bypass_old_logprob_for_rollout: bool = False
+    use_pure_rollout_correction: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # verl 0.6's spellings set the keys every reader of this section uses
+        if self.bypass_old_logprob_for_rollout:
+            self.bypass_mode = True
+        if self.use_pure_rollout_correction and self.loss_type == "ppo_clip":
+            self.loss_type = "reinforce"
 
 
 @dataclass

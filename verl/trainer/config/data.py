@@ -25,6 +25,8 @@ class DataConfig(BaseConfig):
     use_shm: bool = False
     train_files: str | list[str] = "~/data/rlhf/gsm8k/train.parquet"
     val_files: str | list[str] = "~/data/rlhf/gsm8k/test.parquet"
+    train_max_samples: int = -1
+    val_max_samples: int = -1
     prompt_key: str = "prompt"
     reward_fn_key: str = "data_source"
     max_prompt_length: int = 512
@@ -41,6 +43,13 @@ class DataConfig(BaseConfig):
     truncation: str = "error"
     image_key: str = "images"
     video_key: str = "videos"
+    audio_key: str = "audios"
+    image_patch_size: int = 14
+    mm_processor_kwargs: dict = field(default_factory=dict)
+    return_multi_modal_inputs: bool = True
+    apply_chat_template_kwargs: dict = field(default_factory=dict)
+    tool_config_path: str | None = None
+    function_tool_path: str | None = None
     bad_multimodal_rows: str = "error"
     trust_remote_code: bool = False
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)

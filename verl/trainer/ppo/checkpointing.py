@@ -53,6 +53,10 @@ class TrainerCheckpointer:
         self.config = trainer_config
         self.root = os.path.abspath(trainer_config.default_local_dir)
 
+    def step_folder(self, step: int) -> str:
+        """The published checkpoint folder of ``step`` (``<default_local_dir>/global_step_<step>``)."""
+        return os.path.join(self.root, f"{_STEP_PREFIX}{step}")
+
     def _keep_counts(self) -> tuple[int | None, int | None]:
         if self.config.remove_previous_ckpt_in_save:
             logger.warning("trainer.remove_previous_ckpt_in_save is deprecated; use max_actor/critic_ckpt_to_keep")
@@ -70,7 +74,7 @@ class TrainerCheckpointer:
             write_tracker,
         )
 
-        final = os.path.join(self.root, f"{_STEP_PREFIX}{step}")
+        final = self.step_folder(step)
         try:
             remove_stale_staging(self.root)  # leftovers of a save that was killed
             staging = staging_dir(final)

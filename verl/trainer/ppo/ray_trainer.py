@@ -22,7 +22,9 @@ from verl.single_controller.base import Worker
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.single_controller.ray.base import create_colocated_worker_cls
 from verl.trainer.config import PPOConfig
+from verl.trainer.config.trainer import apply_global_profiler, profile_steps
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
 from verl.trainer.ppo.checkpointing import CheckpointSaveError, TrainerCheckpointer
 from verl.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage, compute_response_mask
 from verl.trainer.ppo.losses import agg_loss
@@ -130,6 +132,7 @@ class RayPPOTrainer:
     ):
         self.config = config
         self.ppo_config = cfg = PPOConfig.from_config(config)
+        apply_global_profiler(cfg)
         self.tokenizer = tokenizer
         self.processor = processor
         self.reward_fn = reward_fn
@@ -160,6 +163,8 @@ class RayPPOTrainer:
             prompts_per_rank = -(-cfg.data.generation_batch_size // rollout_world)
             rollout.kv_cache_sequences = prompts_per_rank * rollout.n
         self.checkpointer = TrainerCheckpointer(cfg.trainer)
+        self.checkpoint_callback = build_checkpoint_callback(config, cfg.trainer.checkpoint_callback_class)
+        self.max_steps_duration = 0.0  # the longest step so far, for trainer.esi_redundant_time
         self.validator = Validator(cfg, tokenizer, self.val_dataloader, val_reward_fn)
 
     # --------------------------------------------------------------------------------------------------- setup
@@ -187,9 +192,11 @@ class RayPPOTrainer:
 
         data = self.ppo_config.data
         if train_dataset is None:
-            train_dataset = create_rl_dataset(data.train_files, data, self.tokenizer, self.processor)
+            train_dataset = create_rl_dataset(
+                data.train_files, data, self.tokenizer, self.processor, data.train_max_samples
+            )
         if val_dataset is None:
-            val_dataset = create_rl_dataset(data.val_files, data, self.tokenizer, self.processor)
+            val_dataset = create_rl_dataset(data.val_files, data, self.tokenizer, self.processor, data.val_max_samples)
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
         if train_sampler is None:
             train_sampler = create_rl_sampler(data, train_dataset)
@@ -767,6 +774,7 @@ class RayPPOTrainer:
                     if self.ppo_config.trainer.on_save_error == "continue":
                         metrics["training/checkpoint_save_failures"] = getattr(self, "checkpoint_save_failures", 0)
             self._stop_profiling()
+            self.max_steps_duration = max(self.max_steps_duration, timing_raw.get("step", 0.0))
             if batch is None:  # the step drew more prompts than were left (dynamic sampling): nothing to log
                 logger.warning("training data exhausted within step %d; stopping", self.global_steps)
                 break
@@ -824,8 +832,17 @@ class RayPPOTrainer:
             return self._validate()
 
     def _maybe_save_checkpoint(self, is_last_step: bool, timing_raw: dict) -> None:
-        save_freq = self.ppo_config.trainer.save_freq
-        if save_freq > 0 and (is_last_step or self.global_steps % save_freq == 0):
+        """Save at the last step and every ``save_freq`` steps, and (``save_freq`` > 0) when the instance's deadline
+        is near (``trainer.esi_redundant_time``, see ``should_save_ckpt_esi``)."""
+        from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
+
+        trainer = self.ppo_config.trainer
+        if trainer.save_freq <= 0:
+            return
+        deadline = should_save_ckpt_esi(self.max_steps_duration, redundant_time=trainer.esi_redundant_time)
+        if is_last_step or self.global_steps % trainer.save_freq == 0 or deadline:
+            if deadline:
+                logger.warning("saving a checkpoint at step %d: the instance's deadline is near", self.global_steps)
             with marked_timer("save_checkpoint", timing_raw):
                 self._save_checkpoint()
 
@@ -837,14 +854,27 @@ class RayPPOTrainer:
         return groups
 
     def _start_profiling(self) -> None:
-        if self.global_steps in (self.ppo_config.trainer.profile_steps or []):
-            for group in self._profiling_groups():
-                group.start_profile()
+        """Open the captures of a profiled step (under ``global_profiler.profile_continuous_steps``, a capture that
+        the previous step left open goes on)."""
+        steps = profile_steps(self.ppo_config) or []
+        if self.global_steps not in steps:
+            return
+        if self.ppo_config.global_profiler.profile_continuous_steps and self.global_steps - 1 in steps:
+            return
+        for group in self._profiling_groups():
+            group.start_profile()
 
     def _stop_profiling(self) -> None:
-        if self.global_steps in (self.ppo_config.trainer.profile_steps or []):
-            for group in self._profiling_groups():
-                group.stop_profile()
+        """Close the captures of a profiled step, unless a continuous capture goes on into the next step; after the
+        last profiled step the roles' finish hooks run."""
+        steps = profile_steps(self.ppo_config) or []
+        if self.global_steps not in steps:
+            return
+        last = self.global_steps == max(steps) or self.global_steps >= self.total_training_steps
+        if self.ppo_config.global_profiler.profile_continuous_steps and self.global_steps + 1 in steps and not last:
+            return
+        for group in self._profiling_groups():
+            group.stop_profile(run_command=last)
 
     # ------------------------------------------------------------------------------------------ collaborators
     def _validate(self) -> dict:
@@ -871,6 +901,13 @@ class RayPPOTrainer:
                 self.checkpoint_save_failures,
                 error,
                 banner,
+            )
+        else:  # the user's hook (trainer.checkpoint_callback_class) sees published checkpoints only
+            self.checkpoint_callback.on_save(
+                trainer=self,
+                global_step=self.global_steps,
+                checkpoint_dir=self.checkpointer.step_folder(self.global_steps),
+                async_save=False,
             )
 
     def _load_checkpoint(self) -> int:

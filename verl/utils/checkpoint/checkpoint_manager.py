@@ -362,6 +362,32 @@ def remove_stale_staging(root_path: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------------------
 # base manager
 # ------------------------------------------------------------------------------------------------------------
+# environment variables that name the end of a rented instance's time (seconds since the epoch): volcengine's MLP and
+# AWS SageMaker capacity blocks
+CAPACITY_DEADLINE_VARIABLES = (
+    "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP",
+    "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP",
+)
+
+
+def should_save_ckpt_esi(max_steps_duration: float, save_ckpt_duration: float = 60, redundant_time: float = 0) -> bool:
+    """Whether the instance's deadline (``CAPACITY_DEADLINE_VARIABLES``; verl's "ESI", elastic server instance) is so
+    close that the next step might not finish and be saved before it: the time left is under the longest step so far
+    + the time a save takes + ``redundant_time``. False without a deadline, before the first step (no duration yet),
+    or once the deadline has passed."""
+    for name in CAPACITY_DEADLINE_VARIABLES:
+        value = os.environ.get(name)
+        if not value:
+            continue
+        try:
+            left = float(value) - time.time()
+        except ValueError:
+            logger.warning("%s=%r is not a timestamp; no checkpoint is saved for the deadline", name, value)
+            return False
+        return 0 < left and max_steps_duration > 0 and left <= max_steps_duration + save_ckpt_duration + redundant_time
+    return False
+
+
 def _config_get(config, key: str, default=None):
     if config is None:
         return default

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import os
 from collections import defaultdict
@@ -74,9 +75,19 @@ class RLHFDataset(Dataset):
     ``__getitem__`` returns ``input_ids``, ``attention_mask``, ``position_ids`` (each ``(max_prompt_length,)``),
     ``raw_prompt_ids`` (unpadded token list) and the row's other columns (``data_source``, ``reward_model``,
     ``extra_info``, ``ability``, ...), plus ``index``, ``tools_kwargs``, ``interaction_kwargs``.
+
+    ``max_samples`` (``data.train_max_samples`` / ``data.val_max_samples``): keep at most that many rows, read before
+    any filter: with ``shuffle`` in the config a random choice seeded by its ``seed``, else the first rows (-1: all).
     """
 
-    def __init__(self, data_files: str | Sequence[str], tokenizer, config: DictConfig | dict | None, processor=None):
+    def __init__(
+        self,
+        data_files: str | Sequence[str],
+        tokenizer,
+        config: DictConfig | dict | None,
+        processor=None,
+        max_samples: int = -1,
+    ):
         if not isinstance(data_files, list | ListConfig | tuple):
             data_files = [data_files]
         self.data_files = list(copy.deepcopy(data_files))
@@ -100,6 +111,13 @@ class RLHFDataset(Dataset):
         self.use_shm = bool(_cfg_get(config, "use_shm", False))
         self.need_tools_kwargs = bool(_cfg_get(config, "need_tools_kwargs", False))
         self.bad_multimodal_rows = _cfg_get(config, "bad_multimodal_rows", "error")
+        self.max_samples = int(max_samples)
+        self.shuffle = bool(_cfg_get(config, "shuffle", False))
+        self.seed = _cfg_get(config, "seed", None)
+        self.apply_chat_template_kwargs = dict(_cfg_get(config, "apply_chat_template_kwargs", None) or {})
+        self.mm_processor_kwargs = dict(_cfg_get(config, "mm_processor_kwargs", None) or {})
+        self.tool_config_path = _cfg_get(config, "tool_config_path", None)
+        self._tool_schemas = None  # {tool name: schema}, loaded when the length filter first needs them
         self.num_bad_multimodal_rows = 0  # rows dropped by bad_multimodal_rows=skip
         self.serialize_dataset = False
 
@@ -137,13 +155,30 @@ class RLHFDataset(Dataset):
                 f"columns are {self.dataframe.column_names}"
             )
         logger.info("dataset len: %d", len(self.dataframe))
-        self.dataframe = self._check_multimodal_rows(self.dataframe, [len(frame) for frame in frames])
+        self.dataframe, kept = self._limit_rows(self.dataframe)
+        self.dataframe = self._check_multimodal_rows(self.dataframe, [len(frame) for frame in frames], kept)
         self.dataframe = self.maybe_filter_out_long_prompts(self.dataframe)
 
-    def _check_multimodal_rows(self, dataframe, rows_per_file: list[int]):
+    def _limit_rows(self, dataframe):
+        """At most ``max_samples`` rows (a seeded random choice when ``shuffle``, else the first ones), and the
+        indices of the kept rows in the files' concatenation (None when all are kept)."""
+        total = len(dataframe)
+        if self.max_samples <= 0 or self.max_samples >= total:
+            return dataframe, None
+        if self.shuffle:
+            rng = np.random.default_rng(*(() if self.seed is None else (self.seed,)))
+            indices = rng.choice(total, size=self.max_samples, replace=False)
+        else:
+            indices = np.arange(self.max_samples)
+        logger.info("using %d of the %d rows of %s (max_samples)", self.max_samples, total, self.data_files)
+        kept = indices.tolist()
+        return dataframe.select(kept), kept
+
+    def _check_multimodal_rows(self, dataframe, rows_per_file: list[int], kept: list[int] | None = None):
         """Refuse (``data.bad_multimodal_rows=error``) or drop with a warning (``skip``) the rows whose images cannot
         be decoded or whose ``<image>``/``<video>`` placeholders do not match their images/videos; checked once at
-        load, so a bad row never reaches a batch. Only with a processor and an image or video column."""
+        load, so a bad row never reaches a batch. Only with a processor and an image or video column. ``kept``: the
+        source row of each row of ``dataframe`` when ``max_samples`` chose some (for the messages)."""
         from verl.utils.dataset.multimodal_checks import find_bad_multimodal_rows
 
         columns = [c for c in (self.image_key, self.video_key) if c in dataframe.column_names]
@@ -156,9 +191,10 @@ class RLHFDataset(Dataset):
         ends = np.cumsum(rows_per_file)
         messages = []
         for index, reason in bad:
-            file_index = int(np.searchsorted(ends, index, side="right"))
-            row_in_file = index - (int(ends[file_index - 1]) if file_index else 0)
-            messages.append(f"{self.data_files[file_index]} row {row_in_file} (dataset row {index}): {reason}")
+            source = index if kept is None else kept[index]
+            file_index = int(np.searchsorted(ends, source, side="right"))
+            row_in_file = source - (int(ends[file_index - 1]) if file_index else 0)
+            messages.append(f"{self.data_files[file_index]} row {row_in_file} (dataset row {source}): {reason}")
         if self.bad_multimodal_rows == "error":
             raise ValueError(
                 f"{len(bad)} multimodal row(s) cannot be used; first: {messages[0]}. Fix the data, or set "
@@ -171,17 +207,42 @@ class RLHFDataset(Dataset):
         dropped = {index for index, _ in bad}
         return dataframe.select([i for i in range(len(dataframe)) if i not in dropped])
 
+    def _template(self, templater, messages: list, tools: list | None = None) -> str:
+        """The prompt text of ``messages`` (with ``data.apply_chat_template_kwargs``, and ``tools`` when given)."""
+        kwargs = dict(self.apply_chat_template_kwargs)
+        if tools:
+            kwargs["tools"] = tools
+        return templater.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+
+    def _offered_tools(self, row: dict) -> list | None:
+        """The schemas of the tools a multi-turn rollout offers ``row`` (``data.tool_config_path``): those its
+        ``extra_info.tools_kwargs`` names, else all; None without a tool config."""
+        if not self.tool_config_path:
+            return None
+        if self._tool_schemas is None:
+            from verl.multi_turn.tools.utils.tool_registry import initialize_tools_from_config
+
+            tools = initialize_tools_from_config(self.tool_config_path)
+            self._tool_schemas = {
+                t.tool_schema.function.name: t.tool_schema.model_dump(exclude_none=True) for t in tools
+            }
+        named = list((row.get("extra_info") or {}).get("tools_kwargs") or {})
+        return [self._tool_schemas[n] for n in named if n in self._tool_schemas] or list(self._tool_schemas.values())
+
     def _prompt_length(self, row: dict) -> int:
-        """Token length of the templated prompt of ``row`` (processor output length for multimodal rows)."""
+        """Token length of the templated prompt of ``row`` (processor output length for multimodal rows), with the
+        tools a multi-turn rollout renders into it."""
         messages = self._build_messages(dict(row))
+        tools = self._offered_tools(row)
         if self.processor is not None and (self.image_key in row or self.video_key in row):
             from verl.utils.dataset.vision_utils import process_image, process_video
 
-            text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = self._template(self.processor, messages, tools)
             images = [process_image(im) for im in row.get(self.image_key) or []] or None
             videos = [process_video(v) for v in row.get(self.video_key) or []] or None
-            return len(self.processor(text=[text], images=images, videos=videos)["input_ids"][0])
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            inputs = self.processor(text=[text], images=images, videos=videos, **self.mm_processor_kwargs)
+            return len(inputs["input_ids"][0])
+        text = self._template(self.tokenizer, messages, tools)
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def maybe_filter_out_long_prompts(self, dataframe):
@@ -265,7 +326,7 @@ class RLHFDataset(Dataset):
             for key in _PROMPT_ONLY_PROCESSOR_OUTPUTS:
                 multi_modal_inputs.pop(key, None)
         else:
-            raw_prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            raw_prompt = self._template(self.tokenizer, messages)
             model_inputs = self.tokenizer(raw_prompt, return_tensors="pt", add_special_tokens=False)
             input_ids, attention_mask = model_inputs["input_ids"], model_inputs["attention_mask"]
 
@@ -305,7 +366,7 @@ class RLHFDataset(Dataset):
         """Template and run the processor on text + images/videos; returns (raw_prompt, processor outputs, row)."""
         from verl.utils.dataset.vision_utils import process_image, process_video
 
-        raw_prompt = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        raw_prompt = self._template(self.processor, messages)
         multi_modal_data = {}
         images = None
         if self.image_key in row and row[self.image_key] is not None:
@@ -315,7 +376,9 @@ class RLHFDataset(Dataset):
         if self.video_key in row and row[self.video_key] is not None:
             videos = [process_video(video) for video in row.pop(self.video_key)]
             multi_modal_data["video"] = [v.numpy() if isinstance(v, torch.Tensor) else v for v in videos]
-        model_inputs = self.processor(text=[raw_prompt], images=images, videos=videos, return_tensors="pt")
+        model_inputs = self.processor(
+            text=[raw_prompt], images=images, videos=videos, return_tensors="pt", **self.mm_processor_kwargs
+        )
         row["multi_modal_data"] = multi_modal_data
         return raw_prompt, model_inputs, row
 
@@ -336,8 +399,9 @@ class RLHFDataset(Dataset):
         return compute_position_id_with_mask(attention_mask)[0]
 
 
-def create_rl_dataset(data_paths, data_config, tokenizer, processor) -> Dataset:
-    """Build the RL dataset: ``data.custom_cls`` (a ``torch.utils.data.Dataset`` subclass) if set, else RLHFDataset."""
+def create_rl_dataset(data_paths, data_config, tokenizer, processor, max_samples: int = -1) -> Dataset:
+    """Build the RL dataset: ``data.custom_cls`` (a ``torch.utils.data.Dataset`` subclass) if set, else RLHFDataset;
+    ``max_samples`` (``data.train_max_samples`` / ``val_max_samples``) limits its rows (see RLHFDataset)."""
     custom_cls = _cfg_get(data_config, "custom_cls", None)
     if custom_cls is not None and custom_cls.get("path", None) is not None:
         from verl.utils.import_utils import load_extern_type
@@ -351,7 +415,16 @@ def create_rl_dataset(data_paths, data_config, tokenizer, processor) -> Dataset:
             )
     else:
         dataset_cls = RLHFDataset
-    return dataset_cls(data_files=data_paths, tokenizer=tokenizer, processor=processor, config=data_config)
+    kwargs = {"data_files": data_paths, "tokenizer": tokenizer, "processor": processor, "config": data_config}
+    if max_samples is not None and max_samples > 0:
+        # a custom class written for verl before 0.6 takes no max_samples: it is passed only when set
+        if dataset_cls is not RLHFDataset and "max_samples" not in inspect.signature(dataset_cls).parameters:
+            raise TypeError(
+                f"data.custom_cls {dataset_cls.__name__} takes no max_samples argument, so data.train_max_samples / "
+                "data.val_max_samples cannot limit it; add `max_samples: int = -1` to its __init__, or leave both at -1"
+            )
+        kwargs["max_samples"] = max_samples
+    return dataset_cls(**kwargs)
 
 
 def create_rl_sampler(data_config, dataset) -> Sampler:

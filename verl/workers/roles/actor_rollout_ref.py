@@ -63,7 +63,10 @@ class ActorRolloutRefWorker(Worker, DistProfilerExtension):
         # verl 0.9); the reference's, which has none in the YAML, are copied from the model's
         config.ref.use_remove_padding = config.model.use_remove_padding
         config.ref.use_fused_kernels = config.model.use_fused_kernels
-        DistProfilerExtension.__init__(self, role_profiler(self, config.actor.profiler))
+        # a reference group and a rollout-only group are profiled as their own sections say; a group that trains (the
+        # hybrid engine's rollout included) as the actor's does
+        section = role if role in ("ref", "rollout") else "actor"
+        DistProfilerExtension.__init__(self, role_profiler(self, config[section].profiler, role=section))
         self.actor = self.rollout = self.ref_policy = None
         self.actor_engine = self.ref_engine = None
         self.rollout_sharding_manager = None

@@ -20,9 +20,9 @@ def typed_section(config, section_type):
     return copy.deepcopy(omega_conf_to_dataclass(config, section_type, allow_extra=True))
 
 
-def role_profiler(worker: Worker, profiler_config: ProfilerConfig) -> DistProfiler:
-    """The worker's profiler (``<section>.profiler``)."""
-    return DistProfiler(rank=worker.rank, config=profiler_config)
+def role_profiler(worker: Worker, profiler_config: ProfilerConfig, role: str | None = None) -> DistProfiler:
+    """The worker's profiler (``<section>.profiler``); ``role`` names the section for the finish hook."""
+    return DistProfiler(rank=worker.rank, config=profiler_config, role=role)
 
 
 def mfu_metric(flops_counter, global_token_num, elapsed: float, world_size: int) -> float:

@@ -33,7 +33,7 @@ class CriticWorker(Worker, DistProfilerExtension):
         self.config = config = typed_section(config, CriticConfig)
         init_distributed()
         normalize_critic_batch_sizes(config, dist.get_world_size()).apply_to(config)
-        DistProfilerExtension.__init__(self, role_profiler(self, config.profiler))
+        DistProfilerExtension.__init__(self, role_profiler(self, config.profiler, role="critic"))
         self.engine = self.critic = None
 
     @property

@@ -77,7 +77,7 @@ class RewardModelWorker(Worker, DistProfilerExtension):
         self.config = config = typed_section(config, RewardModelConfig)
         init_distributed()
         self.micro_batch_size = normalize_reward_model_micro_batch_size(config, torch.distributed.get_world_size())
-        DistProfilerExtension.__init__(self, role_profiler(self, config.profiler))
+        DistProfilerExtension.__init__(self, role_profiler(self, config.profiler, role="reward_model"))
         self.engine = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -106,19 +106,37 @@ def test_refused_with_key_value_and_fix(overrides, expected):
         assert text in str(exc.value)
 
 
-@pytest.mark.parametrize(
-    "override, expected",
-    [
-        ("bypass_old_logprob_for_rollout=True", "set bypass_mode=True"),
-        ("use_pure_rollout_correction=True", "loss_type=reinforce"),
-        ("debug_rollout_actor_probs=True", "not implemented"),
-    ],
-)
-def test_keys_of_other_verl_versions_are_refused_with_the_equivalent(override, expected):
-    with pytest.raises(ConfigError, match=expected) as exc:
-        check_rollout_correction(config(f"+{RC}.{override}", LOG_PROBS))
-    assert f"{RC}.{override.split('=')[0]}=" in str(exc.value)
-    check_rollout_correction(config(f"+{RC}.{override.split('=')[0]}=null"))  # left unset: nothing to refuse
+def test_a_key_of_another_verl_version_without_a_runtime_is_refused_with_the_alternative():
+    with pytest.raises(ConfigError, match="not implemented") as exc:
+        check_rollout_correction(config(f"+{RC}.debug_rollout_actor_probs=True", LOG_PROBS))
+    assert f"{RC}.debug_rollout_actor_probs=" in str(exc.value)
+    check_rollout_correction(config(f"+{RC}.debug_rollout_actor_probs=null"))  # left unset: nothing to refuse
+
+
+def test_verl_06_mode_switches_are_read_as_bypass_mode_and_loss_type():
+    """verl 0.6's bypass_old_logprob_for_rollout is bypass_mode; its use_pure_rollout_correction (bypass mode only)
+    is loss_type=reinforce. Its example script sets both, without '+'."""
+    bypass = config(f"{RC}.bypass_old_logprob_for_rollout=true", LOG_PROBS)
+    assert (bypass.algorithm.rollout_correction.bypass_mode, bypass.algorithm.rollout_correction.loss_type) == (
+        True,
+        "ppo_clip",
+    )
+    check_rollout_correction(bypass)
+    pure = config(
+        f"{RC}.bypass_old_logprob_for_rollout=true", f"{RC}.use_pure_rollout_correction=true", f"{RC}.rollout_is=token",
+        LOG_PROBS,
+    )  # fmt: skip
+    corr = pure.algorithm.rollout_correction
+    assert (corr.bypass_mode, corr.loss_type) == (True, "reinforce")
+    check_rollout_correction(pure)
+    # the same correction as the current spelling
+    assert corr.to_dict() | {"bypass_old_logprob_for_rollout": False, "use_pure_rollout_correction": False} == (
+        config(
+            f"{RC}.bypass_mode=true", f"{RC}.loss_type=reinforce", f"{RC}.rollout_is=token", LOG_PROBS
+        ).algorithm.rollout_correction.to_dict()
+    )
+    with pytest.raises(ConfigError, match="use_pure_rollout_correction=True .* needs bypass mode"):
+        check_rollout_correction(config(f"{RC}.use_pure_rollout_correction=true", LOG_PROBS))
 
 
 def test_a_verl_070_command_line_means_its_correction():

@@ -27,6 +27,7 @@ from verl.trainer.config.checks.roles import check_role_keys
 from verl.trainer.config.checks.rollout_correction import check_rollout_correction
 from verl.trainer.config.checks.runtime_support import check_fused_head_model, check_runtime_support
 from verl.trainer.config.checks.standalone_rollout import check_rollout_pool_keys, check_standalone_rollout
+from verl.trainer.config.checks.trainer_keys import check_trainer_keys
 from verl.trainer.config.checks.unsupported_keys import raise_unsupported
 from verl.trainer.config.checks.vlm import check_vision_language_policy
 from verl.utils.dataset.multimodal_checks import BAD_MULTIMODAL_ROW_ACTIONS
@@ -741,6 +742,10 @@ def _check_distillation(config, ctx: _Context) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def _check_trainer_keys(config, ctx: _Context) -> None:
+    check_trainer_keys(config)
+
+
 _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_runtime_support,
     _check_unsupported_keys,
@@ -748,6 +753,7 @@ _CHECKS: tuple[Callable[[object, _Context], None], ...] = (
     _check_role_keys,
     _check_distillation,
     _check_lora,
+    _check_trainer_keys,
     _check_choices,
     _check_megatron,
     _check_estimator,

@@ -20,10 +20,9 @@ KEY = "algorithm.rollout_correction"
 LOSS_TYPES = ("ppo_clip", "reinforce")
 
 
-# keys of other verl versions that this section does not implement, with what to set instead
+# keys of other verl versions that this section does not implement, with what to set instead (verl 0.6's
+# bypass_old_logprob_for_rollout and use_pure_rollout_correction are read: see RolloutCorrectionConfig)
 OTHER_VERL_KEYS = {
-    "bypass_old_logprob_for_rollout": "verl 0.6's name: set bypass_mode=True",
-    "use_pure_rollout_correction": "verl 0.6's name: set bypass_mode=True and loss_type=reinforce",
     "debug_rollout_actor_probs": "not implemented; decoupled mode (bypass_mode=False) logs the rollout-vs-actor gap",
 }
 
@@ -35,6 +34,12 @@ def check_rollout_correction(config) -> None:
         value = corr.get(key) if key in corr else None
         if value not in (None, False):
             raise ConfigError(f"{KEY}.{key}={value!r} is not read here: {instead}")
+    if corr.use_pure_rollout_correction and not corr.bypass_mode:
+        raise ConfigError(
+            f"{KEY}.use_pure_rollout_correction=True (verl 0.6's pure IS-weighted policy gradient, "
+            f"loss_type=reinforce) needs bypass mode: set {KEY}.bypass_mode=True (verl 0.6: "
+            "bypass_old_logprob_for_rollout=True)"
+        )
     if corr.rollout_is is not None and corr.rollout_is not in IS_LEVELS:
         raise ConfigError(f"{KEY}.rollout_is={corr.rollout_is!r}: expected null, 'token' or 'sequence'")
     try:
@@ -70,7 +75,8 @@ def check_rollout_correction(config) -> None:
     if not rollout.calculate_log_probs:
         raise ConfigError(
             f"{KEY} is on (rollout_is={corr.rollout_is!r}, rollout_rs={corr.rollout_rs!r}, rollout_token_veto_"
-            f"threshold={corr.rollout_token_veto_threshold!r}, bypass_mode={corr.bypass_mode}) but "
+            f"threshold={corr.rollout_token_veto_threshold!r}, bypass_mode={corr.bypass_mode}"
+            f"{' from bypass_old_logprob_for_rollout=True' if corr.bypass_old_logprob_for_rollout else ''}) but "
             "actor_rollout_ref.rollout.calculate_log_probs=False: the correction needs the rollout's log-probs; set "
             "actor_rollout_ref.rollout.calculate_log_probs=True"
         )

@@ -208,7 +208,59 @@ _ROLLOUT_MODEL_KEYS: dict[str, str] = {
 _REWARD_KEYS: dict[str, str] = {}
 
 # trainer, data, algorithm, global_profiler and the roles' profiler blocks, skip, ray_kwargs, transfer_queue
-_TRAINER_KEYS: dict[str, str] = {}
+_TORCH_ONLY = "only torch.profiler runs here (tool null or torch; docs/performance.md); leave this at its default"
+_PROFILER_TOOL_KEYS = {
+    "tool_config.npu.*": "the Ascend NPU profiler is not run here: " + _TORCH_ONLY,
+    "tool_config.nsys.*": "no Nsight Systems session is started here: " + _TORCH_ONLY,
+    "tool_config.torch_memory.*": "no CUDA memory snapshots are taken here: " + _TORCH_ONLY,
+    "tool_config.precision_debugger.*": "msprobe's precision debugger is not run here: " + _TORCH_ONLY,
+    "tool_config.torch.schedule.*": "a profiled step is recorded whole (no torch.profiler schedule over the update's "
+    "mini-batches); pick the steps with trainer.profile_steps and leave the schedule at its default",
+    "tool_config.torch.profile_token_start": "recording from a response-token index needs verl's rollout-server "
+    "profiling, which is not here; the rollout is recorded whole",
+    "tool_config.torch.profile_token_end": "recording up to a response-token index needs verl's rollout-server "
+    "profiling, which is not here; the rollout is recorded whole",
+}
+_ASYNC_TRAINERS = (
+    "verl 0.9's asynchronous v1 trainer modes are not here (trainer.v1.trainer_mode=sync is this project's trainer); "
+    "the one-step-off-policy and fully async recipes are (docs/one_step_off_policy.md, docs/fully_async.md)"
+)
+_NO_SKIP = "rollout dumping and reuse (verl's skip) is not implemented here; every step generates its rollout"
+_TRAINER_KEYS: dict[str, str] = {
+    **{
+        f"{section}.profiler.{key}": reason
+        for section in (
+            "actor_rollout_ref.actor",
+            "actor_rollout_ref.ref",
+            "actor_rollout_ref.rollout",
+            "critic",
+            "reward_model",
+        )
+        for key, reason in _PROFILER_TOOL_KEYS.items()
+    },
+    "global_profiler.global_tool_config.*": "nsys, torch_memory and precision_debugger are not run here: "
+    + _TORCH_ONLY,
+    "trainer.v1.trainer_mode": _ASYNC_TRAINERS,
+    "trainer.v1.sync": "the synchronous mode has no options; leave it {}",
+    "trainer.v1.colocate_async": _ASYNC_TRAINERS,
+    "trainer.v1.separate_async.*": _ASYNC_TRAINERS,
+    "trainer.v1.sampler.*": "verl 0.9's replay buffer (the sampler of its asynchronous modes) is not here: "
+    + _ASYNC_TRAINERS,
+    "skip.rollout.*": _NO_SKIP,
+    "skip.rollout_tq.*": _NO_SKIP + " (verl's TransferQueue trainer is not here either)",
+    "skip.async_rollout.*": _NO_SKIP + " (recipe.fully_async_policy has no rollout dump either)",
+    "transfer_queue.*": "verl's TransferQueue is not here: the trainer hands batches to its workers directly "
+    "(DataProto over Ray); leave it disabled",
+    "data.audio_key": "audio inputs are not supported here (image and video are: data.image_key, data.video_key)",
+    "data.image_patch_size": "images are resized by the model's processor here (its own patch size); set the "
+    "processor's options with data.mm_processor_kwargs instead",
+    "data.return_multi_modal_inputs": "the training forward takes the processor outputs the dataset computes; no "
+    "rollout here computes them again",
+    "data.function_tool_path": "@function_tool modules are not supported here; declare tools in a tool config file "
+    "(actor_rollout_ref.rollout.multi_turn.tool_config_path)",
+    "algorithm.filter_groups.max_inflight_gen_batches": "the DAPO trainer here generates one batch at a time; "
+    "leave it 1",
+}
 
 UNSUPPORTED: dict[str, str] = {**_ROLE_KEYS, **_ROLLOUT_MODEL_KEYS, **_REWARD_KEYS, **_TRAINER_KEYS}
 
