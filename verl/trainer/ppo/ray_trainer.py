@@ -347,7 +347,8 @@ class RayPPOTrainer:
             from verl.single_controller.inprocess import InProcessWorkerGroup
 
             remote = not isinstance(self.rollout_wg, InProcessWorkerGroup)  # Ray workers reach it through a Ray queue
-            self._reward_loop_instance = RewardLoop(self.reward_fn, remote=remote)
+            workers = self.ppo_config.reward_model.num_workers
+            self._reward_loop_instance = RewardLoop(self.reward_fn, remote=remote, workers=workers)
         return self._reward_loop_instance
 
     def _generate_once(self, batch: DataProto, timing_raw: dict, stream: RewardLoop | None = None) -> DataProto:
