@@ -34,7 +34,7 @@ from verl.trainer.config.trainer import (
     TrainerConfig,
     async_training_config,
 )
-from verl.utils.config import BaseConfig
+from verl.utils.config import BaseConfig, omega_conf_to_dataclass
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.checkpoint import CheckpointConfig
@@ -43,7 +43,17 @@ from verl.workers.config.engine import FSDPConfig, MegatronConfig, WrapPolicyCon
 from verl.workers.config.errors import ConfigError
 from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
 from verl.workers.config.optimizer import CriticOptimConfig, OptimConfig
-from verl.workers.config.reward import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
+from verl.workers.config.reward import (
+    ModuleConfig,
+    OverlongBufferConfig,
+    RewardConfig,
+    RewardManagerConfig,
+    RewardModelConfig,
+    SandboxFusionAliasConfig,
+    SandboxFusionConfig,
+    ServedRewardModelConfig,
+    ServedRewardModelRolloutConfig,
+)
 from verl.workers.config.rollout import (
     AgentLoopConfig,
     CheckpointEngineConfig,
@@ -71,6 +81,7 @@ __all__ = [
     "EngineKwargsConfig",
     "FSDPConfig",
     "MegatronConfig",
+    "ModuleConfig",
     "FilterGroupsConfig",
     "FusedKernelOptions",
     "HFModelConfig",
@@ -86,6 +97,8 @@ __all__ = [
     "AsyncTrainingConfig",
     "async_training_config",
     "RefConfig",
+    "RewardConfig",
+    "RewardManagerConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
@@ -93,6 +106,8 @@ __all__ = [
     "SFTConfig",
     "SamplingConfig",
     "SandboxFusionConfig",
+    "ServedRewardModelConfig",
+    "ServedRewardModelRolloutConfig",
     "TrainerConfig",
     "WrapPolicyConfig",
 ]
@@ -109,7 +124,24 @@ class PPOConfig(BaseConfig):
     critic: CriticConfig = field(default_factory=CriticConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    # verl 0.9's legacy top-level sandbox block (aliases of reward_model.sandbox_fusion)
+    sandbox_fusion: SandboxFusionAliasConfig = field(default_factory=SandboxFusionAliasConfig)
+    # verl 0.9's reward section: other spellings of the reward keys, resolved into the sections above when built
+    reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+
+    @classmethod
+    def from_config(cls, config) -> PPOConfig:
+        """``config`` (a composed DictConfig, a mapping, or already a PPOConfig) as a PPOConfig, with the reward's
+        other spellings (verl 0.9's ``reward.*``, verl 0.7's and 0.6's legacy keys) resolved into the keys the
+        runtime reads (`verl.trainer.config.reward_spellings`); ConfigError where two spellings disagree."""
+        if isinstance(config, cls):
+            return config
+        from verl.trainer.config.reward_spellings import resolve_reward_spellings
+
+        typed = omega_conf_to_dataclass(config, cls, allow_extra=True)
+        resolve_reward_spellings(typed)
+        return typed

@@ -1,6 +1,6 @@
 """The typed config of the workers' roles, at verl's import path: one dataclass per YAML node, each named by the
-node's `_target_` (actor, ref, rollout, critic, reward model, their model, engine, optimizer and checkpoint blocks),
-the per-rank batch sizes the workers derive, and `ConfigError`.
+node's `_target_` (actor, ref, rollout, critic, reward model and verl 0.9's reward section, their model, engine,
+optimizer and checkpoint blocks), the per-rank batch sizes the workers derive, and `ConfigError`.
 
 The YAML under `verl/trainer/config/` is where defaults are decided; these classes mirror it (a test keeps the two
 equal) and add types. The trainer-side sections (data, algorithm, trainer) and the whole `PPOConfig` are in
@@ -15,7 +15,17 @@ from verl.workers.config.engine import FSDPConfig, FSDPEngineConfig, McoreEngine
 from verl.workers.config.errors import ConfigError
 from verl.workers.config.model import CriticModelConfig, FusedKernelOptions, HFModelConfig, RewardModelModelConfig
 from verl.workers.config.optimizer import CriticOptimConfig, FSDPOptimizerConfig, McoreOptimizerConfig, OptimConfig
-from verl.workers.config.reward import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
+from verl.workers.config.reward import (
+    CustomRewardFunctionConfig,
+    ModuleConfig,
+    OverlongBufferConfig,
+    RewardConfig,
+    RewardManagerConfig,
+    RewardModelConfig,
+    SandboxFusionConfig,
+    ServedRewardModelConfig,
+    ServedRewardModelRolloutConfig,
+)
 from verl.workers.config.rollout import (
     AgentLoopConfig,
     CheckpointEngineConfig,
@@ -35,6 +45,7 @@ __all__ = [
     "CriticConfig",
     "CriticModelConfig",
     "CriticOptimConfig",
+    "CustomRewardFunctionConfig",
     "EngineKwargsConfig",
     "FSDPActorConfig",
     "FSDPConfig",
@@ -48,15 +59,20 @@ __all__ = [
     "McoreEngineConfig",
     "McoreOptimizerConfig",
     "MegatronConfig",
+    "ModuleConfig",
     "MultiTurnConfig",
     "OptimConfig",
     "OverlongBufferConfig",
     "PolicyLossConfig",
     "RefConfig",
+    "RewardConfig",
+    "RewardManagerConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
     "SamplingConfig",
     "SandboxFusionConfig",
+    "ServedRewardModelConfig",
+    "ServedRewardModelRolloutConfig",
     "WrapPolicyConfig",
 ]
