@@ -58,9 +58,6 @@ SHIPPED_AS = {
 # file as a script for every missing key and refusal of each). A closed gap fails the test until its entry goes.
 KNOWN_GAPS: dict[str, str] = {
     # keys the config does not have
-    "examples/ppo_trainer/run_deepseek7b_llm_sandbox_fusion.sh@a8a32e9224e3c75c0d5aa3c777c230dea74e0410": (
-        "Could not override 'reward_model.sandbox_fusion_url'"
-    ),
     "examples/sglang_multiturn/run_qwen2_3b_dapo_multiturn.sh@82fb1ae6d1ea2090b6cbc8f9f7911f77ae351d82": (
         "Could not override 'algorithm.dynamic_filter.enable'"
     ),
@@ -70,9 +67,6 @@ KNOWN_GAPS: dict[str, str] = {
     ),
     "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_tool_agent_mlflow.sh@95e193ea98c67b14d8738b9bbdaae406213d1b37": (
         "actor_rollout_ref.rollout.trace.backend='mlflow': not implemented here"
-    ),
-    "examples/ppo_trainer/run_qwen2.5-3b_rm_reward_loop_colocate.sh@9c6609ad652fc2244087b1f2aef5a06ddec808d5": (
-        "reward_model.rollout.* is read only when the reward model is served"
     ),
 }
 
@@ -484,6 +478,57 @@ def test_verl_script_trains_two_steps_scaled_down(ws, script, tmp_path):
         for key in keys:
             assert math.isfinite(metrics[key]), (key, metrics.get(key))
     assert trainer.validations, "verl's script validates before training (trainer.val_before_train defaults True)"
+
+
+COLOCATE_SCRIPT = (
+    "examples/ppo_trainer/run_qwen2.5-3b_rm_reward_loop_colocate.sh@9c6609ad652fc2244087b1f2aef5a06ddec808d5"
+)
+
+
+@pytest.mark.slow
+def test_verl_colocated_reward_model_script_trains_two_steps_scaled_down(ws, tmp_path):
+    """verl's reward-loop example with a colocated reward model: ``reward_model.enable=True`` with
+    ``reward_model.rollout.*`` (the engine serving it) and ``num_workers``, no ``use_reward_loop`` (on by default in
+    the verl of the script). Here too the discriminative reward model is served behind the reward router on the
+    trainer's slots and scored through the reward loop (``num_workers`` scoring threads), one ``/pooling`` request
+    per response, PPO trains 2 steps on those scores, and the last step's validation is scored by it too."""
+    import math
+
+    import torch.distributed as dist
+
+    from tests.trainer.ppo_e2e_utils import build_inprocess, compose_config
+    from verl.trainer.config import PPOConfig
+    from verl.trainer.config.checks.reward_loop import served_model_paths
+    from verl.trainer.ppo.reward import get_served_reward_model
+    from verl.workers.reward_model.served import POOLING_ROUTE
+
+    assert COLOCATE_SCRIPT not in KNOWN_GAPS
+    config = compose_config(command_line(COLOCATE_SCRIPT, ws, workers=1, engine="hf"))
+    config.trainer.default_local_dir = str(tmp_path)  # not the other runs' checkpoints (a path key)
+    assert "use_reward_loop" not in str(SCRIPTS[COLOCATE_SCRIPT]["overrides"])  # verl's default serves it
+    typed = PPOConfig.from_config(config)
+    assert typed.reward_model.use_reward_loop and served_model_paths(typed) == (None, ws["reward_model"])
+    trainer = build_inprocess(config)
+    served = get_served_reward_model(trainer.config)
+    try:
+        trainer.init_workers()
+        trainer.fit()
+        assert [int(m["training/global_step"]) for m in trainer.steps] == [1, 2]
+        assert trainer._reward_loop_instance.workers == typed.reward_model.num_workers == 1
+        assert not served.local_replicas or served.replicas == 1  # the trainer's one slot: one replica
+        # one request per response: 2 steps of SMALL_BATCH, then the last step's validation of the 4 val rows
+        core = [v for k, v in trainer.validations[-1].items() if k.startswith("val-core/openai/gsm8k/reward")]
+        assert len(trainer.validations) == 1 and core and all(math.isfinite(v) for v in core)
+        assert sum(served.router.routes[POOLING_ROUTE].requests) == 2 * SMALL_BATCH + 4
+        for metrics in trainer.steps:
+            assert metrics["reward_loop/chunks"] >= 1
+            for key in ("actor/pg_loss", "critic/vf_loss", "critic/score/mean"):
+                assert math.isfinite(metrics[key]), (key, metrics.get(key))
+            assert metrics["critic/score/mean"] != 0.0  # the reward model's scores, not an empty reward
+    finally:
+        served.stop()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------------------------------------ the report

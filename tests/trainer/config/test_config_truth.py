@@ -31,6 +31,7 @@ from verl.trainer.config import ConfigError, PPOConfig
 from verl.trainer.config.checks import ppo as ppo_checks
 from verl.trainer.config.checks.ppo import check_ppo_config
 from verl.trainer.config.checks.unsupported_keys import unsupported_reason
+from verl.trainer.config.reward_spellings import SPELLINGS
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 from verl.utils.config import BaseConfig, reads_paused, record_reads
 from verl.workers.config.model import GRADIENT_CHECKPOINTING_POLICIES
@@ -166,6 +167,11 @@ NOT_READ_HERE: dict[str, str] = {
         f"reward_model.{key}": _SERVED
         for key in ("enable_resource_pool", "n_gpus_per_node", "nnodes", "rollout.*", "reward_combine.*", "judge.path")
     },
+    # the reward's other spellings (verl 0.9's reward.*, verl 0.7's and 0.6's legacy keys): carried to the key the
+    # runtime reads when the typed config is built
+    **{s.key: f"another spelling of {s.home} ({s.source}; reward_spellings, test_reward_spellings)" for s in SPELLINGS},
+    "reward.reward_manager.module.*": "with reward.reward_manager.source=importlib (test_reward_spellings::"
+    "test_an_importlib_manager_is_loaded_from_its_file); refused when changed otherwise (checks.reward_loop)",
 }
 # read only by the vLLM run: excused (covered by tests/workers/rollout/test_vllm_*.py) where vllm is not installed
 VLLM_ONLY: frozenset[str] = frozenset(
@@ -417,6 +423,7 @@ def base_config(tmp_path_factory):
 # settings a switch needs to be checkable at all (enabling the reward model needs a model and a micro batch)
 COMPANIONS = {
     "reward_model.enable": {"reward_model.micro_batch_size_per_gpu": 2},
+    "reward.reward_model.enable": {"reward_model.micro_batch_size_per_gpu": 2},
 }
 
 
@@ -426,7 +433,7 @@ def test_switch_is_honoured_or_refused(base_config, reads, key, value):
     OmegaConf.update(config, key, value)
     for companion, companion_value in COMPANIONS.get(f"{key}={value}", COMPANIONS.get(key, {})).items():
         OmegaConf.update(config, companion, companion_value, force_add=True)
-    if key == "reward_model.enable":
+    if key in ("reward_model.enable", "reward.reward_model.enable"):
         OmegaConf.update(config, "reward_model.model.path", config.critic.model.path)
     try:
         check_ppo_config(config)

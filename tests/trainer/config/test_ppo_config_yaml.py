@@ -226,6 +226,8 @@ CODE_DEFAULT_KEYS = {
                              "prompt_length": 2048, "response_length": 2048, "gpu_memory_utilization": 0.5},
     "reward_model.judge": {"path": None},
     "reward_model.reward_sources": [], "reward_model.reward_combine": {"path": None, "name": "combine"},
+    # the sandbox URL's spelling in verl's sandbox example script (an alias of reward_model.sandbox_fusion.url)
+    "reward_model.sandbox_fusion_url": None,
     "algorithm.filter_groups": {"enable": False, "metric": None, "max_num_gen_batches": 0},
     "algorithm.rollout_correction": {
         "rollout_is": None, "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": False, "rollout_rs": None,

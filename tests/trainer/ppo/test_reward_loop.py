@@ -110,6 +110,38 @@ def test_scoring_overlaps_the_generation_of_the_next_chunks(tokenizer, make_batc
     loop.close()
 
 
+def test_workers_score_that_many_chunks_at_once(tokenizer, make_batch):  # noqa: F811
+    """``workers`` (reward_model.num_workers): chunks that arrive while a call runs are scored by the free threads,
+    up to that many calls at once, with the rewards of one thread."""
+    import threading
+
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def slow_rule(data_source, solution_str, ground_truth, extra_info=None):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.2)
+        with lock:
+            active[0] -= 1
+        return 1.0 if solution_str == ground_truth else 0.0
+
+    responses, truths = ["1", "2", "3", "4", "5", "6"], ["1", "0", "3", "0", "5", "0"]
+    rows = make_batch([f"p{i}" for i in range(6)], responses, truths)
+    with pytest.raises(ValueError, match="workers >= 1"):
+        RewardLoop(NaiveRewardManager(tokenizer, 0, compute_score=slow_rule), workers=0)
+    loop = RewardLoop(NaiveRewardManager(tokenizer, 0, compute_score=slow_rule), workers=3)
+    start = time.monotonic()
+    ids = [loop.submit(rows[i : i + 1]) for i in range(6)]  # six one-row chunks, all at once
+    reward, _ = loop.pending(np.concatenate(ids)).result()
+    elapsed = time.monotonic() - start
+    assert reward.sum(-1).tolist() == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert peak[0] == 3, peak  # three calls at a time, never more
+    assert elapsed < 6 * 0.2, elapsed  # one thread would take 1.2 s
+    loop.close()
+    assert not any(thread.is_alive() for thread in loop._scorers)
+
+
 @pytest.mark.parametrize("remote", [False, True], ids=["in_process", "ray_worker"])
 def test_trajectories_handed_over_one_by_one_are_scored_as_they_arrive(tokenizer, make_batch, remote, request):  # noqa: F811
     """The rollout side of per-trajectory scoring (agent loops, vLLM) through the sink, in this process or from a

@@ -151,6 +151,21 @@ def test_the_manager_scores_a_batch_and_reports_failed_calls(scorer, tokenizer, 
     assert result["reward_extra_info"]["reward_call_failed"] == [False, False, True, False, False, False]
 
 
+def test_concurrent_calls_of_one_manager_share_its_cap(scorer, tokenizer, make_batch):
+    """The reward loop's scoring threads call one manager at once: its calls take turns, so max_concurrent holds
+    for all of them together."""
+    manager = RateLimitedRewardManager(
+        tokenizer, num_examine=0, compute_score=async_judge(scorer.port), max_concurrent=2
+    )
+    batches = [make_batch(["q"] * 4, ["3", "4", "3", "3"], ["3"] * 4, data_sources=["judge"] * 4) for _ in range(3)]
+    threads = [threading.Thread(target=manager, args=(batch,)) for batch in batches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(scorer.starts) == 12 and scorer.max_in_flight == 2  # 3 calls x 4 samples, never more than the cap
+
+
 def test_an_async_custom_reward_function_runs_with_the_naive_manager(scorer, tokenizer, make_batch, tmp_path):
     """A verl user's async compute_score, loaded from custom_reward_function.path, runs unchanged."""
     path = tmp_path / "judge.py"

@@ -37,7 +37,7 @@ from verl.trainer.config.trainer import (
     TransferQueueConfig,
     async_training_config,
 )
-from verl.utils.config import BaseConfig
+from verl.utils.config import BaseConfig, omega_conf_to_dataclass
 from verl.utils.debug.profile import GlobalProfilerConfig
 from verl.utils.skip import SkipManagerConfig
 from verl.workers import config as _workers_config
@@ -81,6 +81,10 @@ class PPOConfig(BaseConfig):
     critic: CriticConfig = field(default_factory=CriticConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    # verl 0.9's legacy top-level sandbox block (aliases of reward_model.sandbox_fusion)
+    sandbox_fusion: SandboxFusionAliasConfig = field(default_factory=SandboxFusionAliasConfig)
+    # verl 0.9's reward section: other spellings of the reward keys, resolved into the sections above when built
+    reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)  # a standalone rollout's pool
@@ -92,6 +96,19 @@ class PPOConfig(BaseConfig):
     skip: SkipManagerConfig = field(default_factory=SkipManagerConfig)
     transfer_queue: TransferQueueConfig = field(default_factory=TransferQueueConfig)
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
+
+    @classmethod
+    def from_config(cls, config) -> PPOConfig:
+        """``config`` (a composed DictConfig, a mapping, or already a PPOConfig) as a PPOConfig, with the reward's
+        other spellings (verl 0.9's ``reward.*``, verl 0.7's and 0.6's legacy keys) resolved into the keys the
+        runtime reads (`verl.trainer.config.reward_spellings`); ConfigError where two spellings disagree."""
+        if isinstance(config, cls):
+            return config
+        from verl.trainer.config.reward_spellings import resolve_reward_spellings
+
+        typed = omega_conf_to_dataclass(config, cls, allow_extra=True)
+        resolve_reward_spellings(typed)
+        return typed
 
     def __post_init__(self) -> None:
         super().__post_init__()

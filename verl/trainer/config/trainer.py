@@ -1,10 +1,12 @@
-"""`trainer`, `custom_reward_function` and `ray_init`: the training loop and its surroundings."""
+"""`trainer` and `ray_init`: the training loop and its surroundings (`CustomRewardFunctionConfig`, re-exported here,
+lives with the reward's sections in `verl.workers.config.reward`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from verl.utils.config import BaseConfig
+from verl.workers.config.reward import CustomRewardFunctionConfig
 
 __all__ = [
     "CustomRewardFunctionConfig",
@@ -151,15 +153,6 @@ class TrainerConfig(BaseConfig):
     def world_size(self) -> int:
         """Worker processes of the job: n_gpus_per_node * nnodes."""
         return self.n_gpus_per_node * self.nnodes
-
-
-@dataclass
-class CustomRewardFunctionConfig(BaseConfig):
-    """`custom_reward_function`: a user's `compute_score` that replaces the built-in rules."""
-
-    path: str | None = None
-    name: str = "compute_score"
-    reward_kwargs: dict = field(default_factory=dict)
 
 
 @dataclass

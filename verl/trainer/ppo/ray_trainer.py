@@ -44,7 +44,7 @@ from verl.trainer.ppo.rollout_corr_helper import (
     rollout_correction,
     rollout_correction_kwargs,
 )
-from verl.trainer.ppo.validation import Validator, dump_rollout, pop_generation_inputs
+from verl.trainer.ppo.validation import Validator, dump_rollout, keep_generation_inputs, pop_generation_inputs
 from verl.trainer.ppo.weight_sync import WeightSync
 from verl.utils.debug import marked_timer
 from verl.utils.device import peak_rss_gb
@@ -356,7 +356,8 @@ class RayPPOTrainer:
             from verl.single_controller.inprocess import InProcessWorkerGroup
 
             remote = not isinstance(self.rollout_wg, InProcessWorkerGroup)  # Ray workers reach it through a Ray queue
-            self._reward_loop_instance = RewardLoop(self.reward_fn, remote=remote)
+            workers = self.ppo_config.reward_model.num_workers
+            self._reward_loop_instance = RewardLoop(self.reward_fn, remote=remote, workers=workers)
         return self._reward_loop_instance
 
     def _generate_once(self, batch: DataProto, timing_raw: dict, stream: RewardLoop | None = None) -> DataProto:
@@ -390,11 +391,7 @@ class RayPPOTrainer:
         """The prompts' batch, repeated ``repeat`` (default ``rollout.n``) times (interleaved), with ``gen_output``
         (the responses to ``gen_batch``, popped from it) and a ``uid`` per prompt."""
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        # per-prompt values the rollout did not hand back (the HF rollout returns tensors only) stay with the batch,
-        # e.g. raw_prompt for a reward model that re-applies its own chat template
-        for key, value in gen_batch.non_tensor_batch.items():
-            if key not in gen_output.non_tensor_batch and key != "raw_prompt_ids":
-                batch.non_tensor_batch[key] = value
+        keep_generation_inputs(batch, gen_batch, gen_output)
         n = self.ppo_config.actor_rollout_ref.rollout.n if repeat is None else repeat
         batch = batch.repeat(repeat_times=n, interleave=True)
         batch = batch.union(gen_output)

@@ -22,6 +22,7 @@ __all__ = [
     "get_custom_reward_fn",
     "get_served_reward_model",
     "load_reward_manager",
+    "reward_manager_class",
     "reward_source_metrics",
     "submit_reward",
 ]
@@ -32,10 +33,11 @@ def _typed(config) -> PPOConfig:
     return PPOConfig.from_config(config if config is not None else {})
 
 
-def _load_function(file_path: str, function_name: str, reward_kwargs: dict, key: str, module_name: str):
-    """``function_name`` from the file ``file_path``, ``reward_kwargs`` added to every call; errors name ``key``."""
+def _load_object(file_path: str, name: str, module_name: str, path_key: str, name_key: str):
+    """``name`` from the Python file ``file_path``, imported as the module ``module_name``; errors name the config
+    keys ``path_key`` and ``name_key``."""
     if not os.path.exists(file_path):
-        raise FileNotFoundError(f"{key}.path={file_path!r}: reward function file not found")
+        raise FileNotFoundError(f"{path_key}={file_path!r}: file not found")
 
     spec = importlib.util.spec_from_file_location(module_name, file_path)
     module = importlib.util.module_from_spec(spec)
@@ -44,12 +46,17 @@ def _load_function(file_path: str, function_name: str, reward_kwargs: dict, key:
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
     except Exception as e:
-        raise RuntimeError(f"Error loading module from {key}.path={file_path!r}: {e}") from e
+        raise RuntimeError(f"Error loading module from {path_key}={file_path!r}: {e}") from e
 
-    if not hasattr(module, function_name):
-        raise AttributeError(f"{key}.name={function_name!r} is not defined in {key}.path={file_path!r}")
+    if not hasattr(module, name):
+        raise AttributeError(f"{name_key}={name!r} is not defined in {path_key}={file_path!r}")
+    return getattr(module, name)
+
+
+def _load_function(file_path: str, function_name: str, reward_kwargs: dict, key: str, module_name: str):
+    """``function_name`` from the file ``file_path``, ``reward_kwargs`` added to every call; errors name ``key``."""
+    raw_fn = _load_object(file_path, function_name, module_name, f"{key}.path", f"{key}.name")
     print(f"using customized reward function '{function_name}' from '{file_path}'")
-    raw_fn = getattr(module, function_name)
     reward_kwargs = dict(reward_kwargs or {})
 
     @functools.wraps(raw_fn)
@@ -245,16 +252,34 @@ def _served_scorer(served, tokenizer, num_examine: int):
     return ServedScoreManager(tokenizer, served, num_examine)
 
 
+def reward_manager_class(config) -> type:
+    """The manager class ``reward_model.reward_manager`` names: a registered manager, or with
+    ``reward.reward_manager.source=importlib`` the class of that name in the file ``reward.reward_manager.module.path``
+    (imported as ``module.name``), which takes the registered managers' constructor and call."""
+    from verl.workers.reward_manager import get_reward_manager_cls
+
+    typed = _typed(config)
+    name, manager = typed.reward_model.reward_manager, typed.reward.reward_manager
+    if manager.source != "importlib":
+        return get_reward_manager_cls(name)
+    module = manager.module
+    return _load_object(
+        module.path,
+        name,
+        module.name or "custom_reward_manager",
+        "reward.reward_manager.module.path",
+        "reward_model.reward_manager (reward.reward_manager.name)",
+    )
+
+
 def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs):
     """Build ``reward_model.reward_manager`` (default ``naive``) around the custom or default scoring function.
 
     With ``reward_model.use_reward_loop`` and ``enable``, the custom function also gets ``reward_router_address`` and
     ``reward_model_tokenizer`` (those it accepts); with ``reward_model.reward_sources``, the manager is a hybrid of
     one manager per source."""
-    from verl.workers.reward_manager import get_reward_manager_cls
-
     typed = _typed(config)
-    reward_manager_cls = get_reward_manager_cls(typed.reward_model.reward_manager)
+    reward_manager_cls = reward_manager_class(typed)
     served = get_served_reward_model(typed)
     custom_fn = get_custom_reward_fn(typed)
     if typed.reward_model.reward_sources:

@@ -14,8 +14,10 @@ while the rest of the batch still generates:
 The trainer's reward phase then only records which rows it needs; the wait for what is still being scored happens
 where the rewards are first read (the advantage phase), so scoring also overlaps the log-prob, reference and value
 passes. Each row keeps a run-wide id in the ``reward_loop_row`` column from generation to the reward phase, so the
-rewards come back in the batch's order after the rows were rebalanced across ranks. One scoring thread: what arrived
-while it scored the last group is scored in one call (an ``async`` reward function's calls then run concurrently).
+rewards come back in the batch's order after the rows were rebalanced across ranks. ``workers`` scoring threads
+(``reward_model.num_workers``, verl's count of reward-loop workers): a free thread takes its share of what arrived
+while it waited (all of it when there is one thread) and scores that in one call (an ``async`` reward function's
+calls then run concurrently), so up to ``workers`` calls of the reward manager run at once.
 """
 
 from __future__ import annotations
@@ -110,14 +112,17 @@ class _Stream:
 
 
 class RewardLoop:
-    """Scores generated rows on one background thread as they arrive; ``pending(ids)`` gives the reward of any rows
-    (in any order) as a `PendingReward` that waits only for what is still being scored.
+    """Scores generated rows on ``workers`` background threads as they arrive; ``pending(ids)`` gives the reward of
+    any rows (in any order) as a `PendingReward` that waits only for what is still being scored.
 
     ``remote``: the rollout runs in Ray workers, which reach the loop through a Ray ``Queue`` (made on first use)."""
 
-    def __init__(self, reward_fn, remote: bool = False) -> None:
+    def __init__(self, reward_fn, remote: bool = False, workers: int = 1) -> None:
+        if workers < 1:
+            raise ValueError(f"the reward loop needs workers >= 1 (reward_model.num_workers), got {workers}")
         self.reward_fn = reward_fn
         self.remote = remote
+        self.workers = workers
         self._inbox: queue.Queue = queue.Queue()
         self._ray_queue = None
         self._chunks: list[_Chunk] = []
@@ -126,7 +131,7 @@ class RewardLoop:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._closed = False
-        self._scorer: threading.Thread | None = None
+        self._scorers: list[threading.Thread] = []
         self._forwarder: threading.Thread | None = None
 
     # -------------------------------------------------------------------------------------------- what is scored
@@ -215,9 +220,14 @@ class RewardLoop:
         self._inbox.put((chunk, rows))
 
     def _start(self) -> None:
-        if self._scorer is None:
-            self._scorer = threading.Thread(target=self._run, name="reward-loop", daemon=True)
-            self._scorer.start()
+        with self._lock:
+            if self._scorers:
+                return
+            self._scorers = [
+                threading.Thread(target=self._run, name=f"reward-loop-{i}", daemon=True) for i in range(self.workers)
+            ]
+            for thread in self._scorers:
+                thread.start()
 
     def _forward(self) -> None:
         """Move the Ray workers' trajectories into the local inbox."""
@@ -236,12 +246,16 @@ class RewardLoop:
     def _run(self) -> None:
         while True:
             items = [self._inbox.get()]
-            while True:  # what else arrived meanwhile is scored with it
+            # what else arrived meanwhile is scored with it: all of it with one thread, else this thread's share, so
+            # that the other threads get theirs
+            share = -(-(1 + self._inbox.qsize()) // self.workers)
+            while len(items) < share:
                 try:
                     items.append(self._inbox.get_nowait())
                 except queue.Empty:
                     break
             if any(item is None for item in items):
+                self._inbox.put(None)  # the stop goes on to the next thread
                 return
             chunks: list[tuple[_Chunk, DataProto | None]] = []
             trajectories: list[tuple[np.ndarray, DataProto]] = []
@@ -303,7 +317,7 @@ class RewardLoop:
                 chunks = [c for c in self._chunks if not wanted.isdisjoint(c.ids.tolist())]
                 if sum(len(wanted.intersection(c.ids.tolist())) for c in chunks) == len(wanted):
                     break
-                if self._scorer is None or not self._scorer.is_alive():
+                if not any(thread.is_alive() for thread in self._scorers):
                     raise RuntimeError("the reward loop's scoring thread stopped before these rows arrived")
                 self._arrived.wait(timeout=1.0)
             self._chunks = [c for c in self._chunks if c not in chunks]
@@ -315,13 +329,13 @@ class RewardLoop:
         return chunks, (max(ends) if ends else None)
 
     def close(self) -> None:
-        """Stop the scoring thread once what was submitted is scored."""
+        """Stop the scoring threads once what was submitted is scored."""
         self._closed = True
         self._inbox.put(None)
-        for thread in (self._scorer, self._forwarder):
+        for thread in (*self._scorers, self._forwarder):
             if thread is not None:
                 thread.join(timeout=5.0)
-        self._scorer = self._forwarder = None
+        self._scorers, self._forwarder = [], None
         if self._ray_queue is not None:
             self._ray_queue.shutdown()
             self._ray_queue = None

@@ -63,6 +63,15 @@ def pop_generation_inputs(batch: DataProto, row_context: bool = False) -> DataPr
     return gen
 
 
+def keep_generation_inputs(batch: DataProto, gen_batch: DataProto, gen_output: DataProto) -> None:
+    """Give ``batch`` back the per-prompt values popped into ``gen_batch`` that the rollout did not hand back in
+    ``gen_output`` (the HF rollout returns tensors only), e.g. ``raw_prompt`` for a reward model that re-applies its
+    own chat template; ``raw_prompt_ids`` stay popped."""
+    for key, value in gen_batch.non_tensor_batch.items():
+        if key not in gen_output.non_tensor_batch and key != "raw_prompt_ids":
+            batch.non_tensor_batch[key] = value
+
+
 class Validator:
     """Generates for the whole validation set with ``rollout.val_kwargs``, scores it with ``val_reward_fn``, and
     reports val-core / val-aux metrics per data source (with optional generation logs and dumps)."""
@@ -104,6 +113,7 @@ class Validator:
             padded, pad_size = pad_dataproto_to_divisor(gen_batch, actor_rollout_wg.world_size)
             output = unpad_dataproto(actor_rollout_wg.generate_sequences(padded), pad_size=pad_size)
             sample_outputs.extend(self._decode(output.batch["responses"]))
+            keep_generation_inputs(test_batch, gen_batch, output)
             test_batch = test_batch.union(output)
             result = self.val_reward_fn(test_batch, return_dict=True)
             scores = result["reward_tensor"].sum(-1).tolist()

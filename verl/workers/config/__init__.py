@@ -1,6 +1,6 @@
 """The typed config of the workers' roles, at verl's import path: one dataclass per YAML node, each named by the
-node's `_target_` (actor, ref, rollout, critic, reward model, their model, engine, optimizer and checkpoint blocks),
-the per-rank batch sizes the workers derive, and `ConfigError`.
+node's `_target_` (actor, ref, rollout, critic, reward model and verl 0.9's reward section, their model, engine,
+optimizer and checkpoint blocks), the per-rank batch sizes the workers derive, and `ConfigError`.
 
 The YAML under `verl/trainer/config/` is where defaults are decided; these classes mirror it (a test keeps the two
 equal) and add types. The trainer-side sections (data, algorithm, trainer) and the whole `PPOConfig` are in
@@ -37,7 +37,17 @@ from verl.workers.config.model import (
     TiledMlpConfig,
 )
 from verl.workers.config.optimizer import CriticOptimConfig, FSDPOptimizerConfig, McoreOptimizerConfig, OptimConfig
-from verl.workers.config.reward import OverlongBufferConfig, RewardModelConfig, SandboxFusionConfig
+from verl.workers.config.reward import (
+    CustomRewardFunctionConfig,
+    ModuleConfig,
+    OverlongBufferConfig,
+    RewardConfig,
+    RewardManagerConfig,
+    RewardModelConfig,
+    SandboxFusionConfig,
+    ServedRewardModelConfig,
+    ServedRewardModelRolloutConfig,
+)
 from verl.workers.config.rollout import (
     AgentLoopConfig,
     CheckpointEngineConfig,
@@ -68,6 +78,7 @@ __all__ = [
     "DistillationTeacherInferenceConfig",
     "DistillationTeacherModelConfig",
     "DistillationTeacherModelsConfig",
+    "CustomRewardFunctionConfig",
     "EngineKwargsConfig",
     "FSDPActorConfig",
     "FSDPConfig",
@@ -83,6 +94,7 @@ __all__ = [
     "MegatronConfig",
     "MegatronLoraConfig",
     "MtpConfig",
+    "ModuleConfig",
     "MultiTurnConfig",
     "OptimConfig",
     "OverlongBufferConfig",
@@ -90,6 +102,8 @@ __all__ = [
     "QATEngineConfig",
     "PrometheusConfig",
     "RefConfig",
+    "RewardConfig",
+    "RewardManagerConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
@@ -97,5 +111,7 @@ __all__ = [
     "SandboxFusionConfig",
     "TiledMlpConfig",
     "TraceConfig",
+    "ServedRewardModelConfig",
+    "ServedRewardModelRolloutConfig",
     "WrapPolicyConfig",
 ]

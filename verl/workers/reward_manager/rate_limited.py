@@ -4,11 +4,14 @@ batch at once, under caps for a reward that calls a service (an LLM judge behind
 ``max_concurrent`` calls in flight, ``max_rpm`` requests and ``max_tpm`` tokens per minute (each request counted
 as ``estimated_tokens_per_request``), ``timeout`` seconds per call. The reward function may be ``async def`` (awaited
 on the event loop) or plain (run in a thread). A call that fails or times out scores 0 with a warning and is counted
-(``reward/failed_calls``); it never stops the run. The keys are ``reward_model.{max_concurrent, max_rpm, max_tpm,
-estimated_tokens_per_request, timeout}``, as in verl's reward loop.
+(``reward/failed_calls``); it never stops the run. Calls of one manager run one after another (the reward loop's
+scoring threads take turns), so the caps hold across calls. The keys are ``reward_model.{max_concurrent, max_rpm,
+max_tpm, estimated_tokens_per_request, timeout}``, as in verl's reward loop.
 """
 
 from __future__ import annotations
+
+import threading
 
 from verl.workers.reward_manager.async_scoring import CallLimits
 from verl.workers.reward_manager.naive import NaiveRewardManager
@@ -33,6 +36,7 @@ class RateLimitedRewardManager(NaiveRewardManager):
         timeout: float = 300.0,
     ) -> None:
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s=timeout)
+        self._one_call_at_a_time = threading.Lock()
         self.limits = CallLimits(
             max_concurrent=max_concurrent,
             max_rpm=max_rpm,
@@ -42,7 +46,10 @@ class RateLimitedRewardManager(NaiveRewardManager):
         )
 
     def _score_batch(self, calls: list[dict]):
-        return self._score_concurrently(calls, self.limits)
+        # the caps hold per call: concurrent calls (the reward loop's scoring threads) take turns, so they hold for
+        # the whole run
+        with self._one_call_at_a_time:
+            return self._score_concurrently(calls, self.limits)
 
 
 register("rate_limited")(RateLimitedRewardManager)

@@ -102,12 +102,46 @@ def test_serving_keys_without_serving_are_refused():
     for change, needle in [
         ({"nnodes": 1}, "reward_model.nnodes=1"),
         ({"rollout": {"name": "hf"}}, "reward_model.rollout.*"),
-        ({"num_workers": 2}, "reward_model.num_workers=2 is read only by reward_model.reward_manager=remote"),
+        ({"num_workers": 2}, "reward_model.num_workers=2 is read only by the reward loop"),
     ]:
         found = problems(reward_model=change)
         assert len(found) == 1 and needle in found[0], found
     assert problems(reward_model={"reward_manager": "remote", "num_workers": 2}) == []
     assert "num_workers=0" in problems(reward_model={"reward_manager": "remote", "num_workers": 0})[0]
+    # the reward loop's scoring threads
+    assert problems(reward_model={"use_reward_loop": True, "num_workers": 2}) == []
+    assert problems(reward_model={**SERVED, "num_workers": 1}) == []
+    found = problems(reward_model={"use_reward_loop": True, "num_workers": 0})
+    assert len(found) == 1 and "num_workers=0 must be >= 1 for the reward loop" in found[0], found
+
+
+def test_a_reward_model_that_names_its_engine_is_served():
+    """verl 0.7 and later serve the reward model through the reward loop (on by default there) whenever it names an
+    engine; without one, enable=True is verl v0.4's reward-model worker."""
+    named = {"enable": True, "model": {"path": "/judge"}, "rollout": {"name": "hf", "tensor_model_parallel_size": 1}}
+    assert serves_reward_model(config(named)) and config(named).reward_model.use_reward_loop
+    assert problems(reward_model=named) == []
+    assert not serves_reward_model(config({"enable": True, "model": {"path": "/rm"}}))
+    # an engine without a reward model to serve is still refused
+    found = problems(reward_model={"rollout": {"name": "hf"}})
+    assert len(found) == 1 and "set reward_model.enable=True" in found[0], found
+
+
+def test_the_reward_managers_source():
+    def manager(**reward_manager):
+        return PPOConfig.from_config({"reward": {"reward_manager": reward_manager}})
+
+    assert check_reward_loop(manager(source="register"), check_paths=False) == []
+    found = check_reward_loop(manager(source="pkg"), check_paths=False)
+    assert found == ["reward.reward_manager.source='pkg': expected one of ['register', 'importlib']"]
+    found = check_reward_loop(manager(source="importlib"), check_paths=False)
+    assert len(found) == 1 and "set reward.reward_manager.module.path" in found[0], found
+    importlib_manager = manager(source="importlib", module={"path": "/no/such/manager.py"})
+    assert check_reward_loop(importlib_manager, check_paths=False) == []
+    found = check_reward_loop(importlib_manager, check_paths=True)
+    assert found == ["reward.reward_manager.module.path='/no/such/manager.py': file not found"]
+    found = check_reward_loop(manager(module={"path": "/m.py"}), check_paths=False)
+    assert len(found) == 1 and "module.path='/m.py' is read only with reward.reward_manager.source=" in found[0]
 
 
 def test_hybrid_sources():

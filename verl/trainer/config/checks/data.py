@@ -88,6 +88,7 @@ def _uses_builtin_rule_reward(config) -> bool:
     return (
         not config.custom_reward_function.path
         and not config.reward_model.enable
+        and config.reward.reward_manager.source == "register"
         and config.reward_model.reward_manager in BUILTIN_RULE_REWARD_MANAGERS
     )
 

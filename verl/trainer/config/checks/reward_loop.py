@@ -1,5 +1,7 @@
-"""Config checks of verl's reward loop keys (a served generative reward model), hybrid reward sources and the
-``remote`` reward manager: what cannot run is refused before Ray starts, naming the key and the value."""
+"""Config checks of verl's reward loop keys (a served reward model), hybrid reward sources, the reward manager's
+source (``reward.reward_manager``) and ``num_workers``: what cannot run is refused before Ray starts, naming the key
+and the value. ``config`` is the typed PPO config, whose other spellings of these keys (verl 0.9's ``reward.*``) are
+already resolved into ``reward_model.*`` (`verl.trainer.config.reward_spellings`)."""
 
 from __future__ import annotations
 
@@ -123,20 +125,68 @@ def check_reward_loop(config, check_paths: bool = True) -> list[str]:
             )
         if rm.rollout != defaults.rollout:
             problems.append(
-                "reward_model.rollout.* is read only when the reward model is served (reward_model.use_reward_loop="
-                "True and enable=True): set both or remove the reward_model.rollout overrides"
+                "reward_model.rollout.* is read only when the reward model is served (reward_model.enable=True with "
+                "reward_model.rollout.name set, or use_reward_loop=True): set reward_model.enable=True or remove the "
+                "reward_model.rollout overrides"
             )
     problems += _check_sources(config, serving, check_paths)
+    problems += _check_num_workers(config)
+    problems += _check_manager_source(config, check_paths)
+    return problems
+
+
+def _check_num_workers(config) -> list[str]:
+    from verl.workers.config.reward import RewardModelConfig
+
+    rm = config.reward_model
+    readers = []
     if rm.reward_manager == "remote":
+        readers.append("reward_model.reward_manager=remote")
         if importlib.util.find_spec("ray") is None:
-            problems.append("reward_model.reward_manager=remote scores in Ray CPU workers; Ray is not installed")
+            return ["reward_model.reward_manager=remote scores in Ray CPU workers; Ray is not installed"]
+    if rm.use_reward_loop:
+        readers.append("the reward loop (reward_model.use_reward_loop=True)")
+    if readers:
         if rm.num_workers < 1:
-            problems.append(f"reward_model.num_workers={rm.num_workers} must be >= 1 for reward_manager=remote")
-    elif rm.num_workers != defaults.num_workers:
-        problems.append(
-            f"reward_model.num_workers={rm.num_workers} is read only by reward_model.reward_manager=remote; "
-            f"reward_manager={rm.reward_manager!r} ignores it: set the manager or remove the key"
-        )
+            return [f"reward_model.num_workers={rm.num_workers} must be >= 1 for {' and '.join(readers)}"]
+        return []
+    if rm.num_workers != RewardModelConfig().num_workers:
+        return [
+            f"reward_model.num_workers={rm.num_workers} is read only by the reward loop (reward_model.use_reward_loop"
+            f"=True, or a served reward model) and by reward_model.reward_manager=remote; this run has neither "
+            f"(reward_manager={rm.reward_manager!r}): turn one on or remove the key"
+        ]
+    return []
+
+
+MANAGER_SOURCES = ("register", "importlib")
+
+
+def _check_manager_source(config, check_paths: bool) -> list[str]:
+    """``reward.reward_manager.source`` and its ``module`` (verl 0.7's ``reward_model.reward_loop_*`` resolved)."""
+    from verl.workers.config.reward import ModuleConfig
+
+    manager, key = config.reward.reward_manager, "reward.reward_manager"
+    if manager.source not in MANAGER_SOURCES:
+        return [f"{key}.source={manager.source!r}: expected one of {list(MANAGER_SOURCES)}"]
+    if manager.source == "importlib":
+        if not manager.module.path:
+            return [
+                f"{key}.source=importlib loads the class reward_model.reward_manager="
+                f"{config.reward_model.reward_manager!r} from a file: set {key}.module.path"
+            ]
+        if check_paths and _local_missing(manager.module.path):
+            return [f"{key}.module.path={manager.module.path!r}: file not found"]
+        return []
+    problems = []
+    for name, default in (("path", ModuleConfig().path), ("name", ModuleConfig().name)):
+        value = getattr(manager.module, name)
+        if value != default:
+            problems.append(
+                f"{key}.module.{name}={value!r} is read only with {key}.source=importlib (source=register looks "
+                f"reward_model.reward_manager={config.reward_model.reward_manager!r} up by name): set the source or "
+                "remove the key"
+            )
     return problems
 
 
