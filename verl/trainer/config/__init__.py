@@ -43,6 +43,7 @@ from verl.utils.skip import SkipManagerConfig
 from verl.workers import config as _workers_config
 from verl.workers.config import *  # noqa: F403  (the roles' sections at verl's path, re-exported here)
 from verl.workers.config import ActorRolloutRefConfig, ConfigError, CriticConfig, DistillationConfig, RewardModelConfig
+from verl.workers.config.reward import RewardConfig, SandboxFusionAliasConfig
 
 __all__ = [
     "AlgoConfig",
