@@ -30,7 +30,8 @@ def test_dapo_yaml_sets_verls_dapo_defaults():
     assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.clip_ratio_c) == (0.2, 0.28, 10.0)
     assert actor.loss_agg_mode == "token-mean" and not actor.use_kl_loss and not cfg.algorithm.use_kl_in_reward
     assert cfg.data.gen_batch_size == 8 and cfg.reward_model.reward_manager == "dapo"
-    assert cfg.algorithm.filter_groups.to_dict() == {"enable": False, "metric": None, "max_num_gen_batches": 0}
+    filter_groups = {"enable": False, "metric": None, "max_num_gen_batches": 0, "max_inflight_gen_batches": 1}
+    assert cfg.algorithm.filter_groups.to_dict() == filter_groups
     assert cfg.reward_model.overlong_buffer.to_dict() == {
         "enable": False,
         "len": 0,
