@@ -40,7 +40,6 @@ CHANGED_DEFAULTS: tuple[ChangedDefault, ...] = (
     ChangedDefault("actor_rollout_ref.rollout.seed", 0, "the sampling seed is 42; " + _OTHER_DRAWS),
     ChangedDefault("actor_rollout_ref.rollout.max_num_seqs", 1024),
     ChangedDefault("actor_rollout_ref.rollout.load_format", "dummy_dtensor"),
-    ChangedDefault("actor_rollout_ref.rollout.calculate_log_probs", False),
     ChangedDefault("actor_rollout_ref.model.use_remove_padding", False),
     ChangedDefault("critic.model.use_remove_padding", False),
     ChangedDefault("data.return_raw_chat", False),
@@ -79,6 +78,13 @@ KEPT_DEFAULTS: tuple[KeptDefault, ...] = (
         False,
         "True (v0.4.1's): with free_cache_engine=True (the default) the engine's memory is released between "
         "generations, which captured CUDA graphs cannot survive here; the config check refuses that pair",
+    ),
+    KeptDefault(
+        "actor_rollout_ref.rollout.calculate_log_probs",
+        True,
+        "False (v0.4.1's): the rollout-vs-trainer probe needs the old log-probs from a pass of their own, which an "
+        "on-policy update (one epoch, one mini batch) skips here; verl computes that pass anyway. Rollout correction "
+        "asks for True and the check says so",
     ),
     KeptDefault(
         "data.dataloader_num_workers",

@@ -173,7 +173,7 @@ class RolloutConfig(BaseConfig):
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
-    calculate_log_probs: bool = True
+    calculate_log_probs: bool = False
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     seed: int = 42
     limit_images: int | None = None

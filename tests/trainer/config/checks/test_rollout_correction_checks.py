@@ -14,7 +14,7 @@ from verl.trainer.ppo.losses import POLICY_LOSS_REGISTRY, register_policy_loss
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 RC = "algorithm.rollout_correction"
 LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=True"
-NO_LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=False"  # verl 0.9 computes them by default
+NO_LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=False"  # the default here (verl 0.9: True)
 
 
 def config(*overrides):
