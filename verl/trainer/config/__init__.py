@@ -40,7 +40,7 @@ from verl.trainer.config.trainer import (
 from verl.utils.config import BaseConfig, omega_conf_to_dataclass
 from verl.utils.debug.profile import GlobalProfilerConfig
 from verl.utils.skip import SkipManagerConfig
-from verl.workers import config as _workers_config
+import verl.workers.config as _workers_config
 from verl.workers.config import *  # noqa: F403  (the roles' sections at verl's path, re-exported here)
 from verl.workers.config import ActorRolloutRefConfig, ConfigError, CriticConfig, DistillationConfig, RewardModelConfig
 from verl.workers.config.reward import RewardConfig, SandboxFusionAliasConfig

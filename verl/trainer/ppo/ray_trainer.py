@@ -771,7 +771,7 @@ class RayPPOTrainer:
                     if self.ppo_config.trainer.on_save_error == "continue":
                         metrics["training/checkpoint_save_failures"] = getattr(self, "checkpoint_save_failures", 0)
             self._stop_profiling()
-            self.max_steps_duration = max(self.max_steps_duration, timing_raw.get("step", 0.0))
+            self.max_steps_duration = max(self.max_steps_duration, timing_raw.get("step") or 0.0)
             if batch is None:  # the step drew more prompts than were left (dynamic sampling): nothing to log
                 logger.warning("training data exhausted within step %d; stopping", self.global_steps)
                 break

@@ -95,7 +95,7 @@ def alias_conflicts(config: BaseConfig, path: str = "") -> list[str]:
     """One message per pair of spellings set to two different values anywhere below ``config`` (a typed config)."""
     problems = []
     where = f"{path}." if path else ""
-    for home, home_value, alias, alias_value in config.__dict__.get("_alias_conflicts", ()):
+    for home, home_value, alias, alias_value in config.__dict__.get("_alias_conflicts") or ():
         problems.append(
             f"{where}{home}={home_value!r} and {where}{alias}={alias_value!r} are two spellings of one setting, set "
             f"to different values; set one of them ({where}{home} is verl 0.9's)"
