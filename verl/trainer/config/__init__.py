@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import verl.workers.config as _workers_config
 from verl.trainer.config.algorithm import (
     AlgoConfig,
     FilterGroupsConfig,
@@ -40,7 +41,6 @@ from verl.trainer.config.trainer import (
 from verl.utils.config import BaseConfig, omega_conf_to_dataclass
 from verl.utils.debug.profile import GlobalProfilerConfig
 from verl.utils.skip import SkipManagerConfig
-import verl.workers.config as _workers_config
 from verl.workers.config import *  # noqa: F403  (the roles' sections at verl's path, re-exported here)
 from verl.workers.config import ActorRolloutRefConfig, ConfigError, CriticConfig, DistillationConfig, RewardModelConfig
 from verl.workers.config.reward import RewardConfig, SandboxFusionAliasConfig
