@@ -113,5 +113,7 @@ def test_multi_turn_hf_rollout_compares_generated_tokens_only(tmp_path, no_proce
     assert len(trainer.steps) == 2
     for metrics in trainer.steps:
         assert metrics["training/rollout_probs_diff_max"] < 1e-4  # was ~0.37 with tool tokens compared
-        assert abs(metrics["rollout_corr/kl"]) < 1e-6
+        # float rounding only: the trainer's packed forward (verl 0.9's default) against the rollout's padded decode
+        # differs by ~3e-5 here; tool tokens compared by mistake put it orders of magnitude higher
+        assert abs(metrics["rollout_corr/kl"]) < 1e-4
         assert metrics["rollout_corr/rollout_rs_masked_fraction"] == 0.0
