@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from verl.trainer.config.migration import set_on_command_line
+
 __all__ = ["DEMO_VALUES", "TRIGGER_KEYS", "apply_builtin_demo", "command_line_keys", "describe_choices"]
 
 # Keys whose presence on the command line (or change in the config file) means "my own run": the demo stays off.
@@ -66,11 +68,6 @@ def _yaml_value(defaults, key: str):
     return _plain(OmegaConf.select(defaults, key, default=None))
 
 
-def _is_set(key: str, set_keys: set[str]) -> bool:
-    """True when the command line sets ``key`` or a section above it (``trainer={...}`` sets every trainer key)."""
-    return any(key == k or key.startswith(k + ".") for k in set_keys)
-
-
 _VERL_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the composed defaults in one file (verl/trainer/config/generated.py keeps it equal to what Hydra composes)
 _PPO_YAML = os.path.join(_VERL_ROOT, "trainer", "config", "_generated_ppo_trainer.yaml")
@@ -78,6 +75,11 @@ _PPO_YAML = os.path.join(_VERL_ROOT, "trainer", "config", "_generated_ppo_traine
 
 def _yaml_defaults():
     return OmegaConf.load(_PPO_YAML)
+
+
+def _chosen_by_user(config, defaults, key: str, set_keys: set[str]) -> bool:
+    """The command line sets ``key`` (or a section above it), or a ``--config-name`` file changed it."""
+    return set_on_command_line(key, set_keys) or _plain(OmegaConf.select(config, key)) != _yaml_value(defaults, key)
 
 
 def _user_has_verl_defaults(defaults) -> bool:
@@ -96,14 +98,14 @@ def apply_builtin_demo(config, set_keys: Iterable[str], defaults=None, values=No
     set_keys = set(set_keys)
     defaults = _yaml_defaults() if defaults is None else defaults
     for key in TRIGGER_KEYS:
-        if _is_set(key, set_keys) or _plain(OmegaConf.select(config, key)) != _yaml_value(defaults, key):
+        if _chosen_by_user(config, defaults, key, set_keys):
             return {}
     if _user_has_verl_defaults(defaults):
         return {}
     chosen = {}
     with open_dict(config):
         for key, value in (DEMO_VALUES if values is None else values).items():
-            if _is_set(key, set_keys) or _plain(OmegaConf.select(config, key)) != _yaml_value(defaults, key):
+            if _chosen_by_user(config, defaults, key, set_keys):
                 continue
             OmegaConf.update(config, key, value, merge=False)
             chosen[key] = value

@@ -19,6 +19,7 @@ __all__ = [
     "KeptDefault",
     "changed_defaults_in_effect",
     "changed_defaults_line",
+    "set_on_command_line",
 ]
 
 
@@ -95,14 +96,16 @@ KEPT_DEFAULTS: tuple[KeptDefault, ...] = (
 )
 
 
-def _set_on_command_line(key: str, set_keys: Iterable[str]) -> bool:
+def set_on_command_line(key: str, set_keys: Iterable[str]) -> bool:
+    """True when the command line (``set_keys``) sets ``key`` or a section above it (``trainer={...}`` sets every
+    trainer key)."""
     return any(key == k or key.startswith(k + ".") for k in set_keys)
 
 
 def changed_defaults_in_effect(set_keys: Iterable[str]) -> list[ChangedDefault]:
     """The moved defaults that change training and that a run leaves alone (``set_keys``: the command line's keys)."""
     set_keys = list(set_keys)
-    return [c for c in CHANGED_DEFAULTS if c.effect and not _set_on_command_line(c.key, set_keys)]
+    return [c for c in CHANGED_DEFAULTS if c.effect and not set_on_command_line(c.key, set_keys)]
 
 
 def changed_defaults_line(config, set_keys: Iterable[str]) -> str | None:
